@@ -1,0 +1,52 @@
+"""The registry of kernels by name, filled by importing the kernel modules on first use."""
+
+from __future__ import annotations
+
+import importlib
+
+from tileops.kernels.base import KernelDef
+
+# Modules that call ``register`` at import. Order is irrelevant; names are unique.
+KERNEL_MODULES = (
+    "tileops.kernels.reference_kernels",
+    "tileops.kernels.gdn",
+)
+
+_KERNELS: dict[str, KernelDef] = {}
+_loaded = False
+
+
+def register(kernel: KernelDef) -> KernelDef:
+    """Add a kernel; a second kernel under the same name is an error."""
+    if kernel.name in _KERNELS and _KERNELS[kernel.name] is not kernel:
+        raise ValueError(f"kernel {kernel.name!r} is already registered")
+    _KERNELS[kernel.name] = kernel
+    return kernel
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in KERNEL_MODULES:
+            importlib.import_module(module)
+
+
+def get_kernel(name: str) -> KernelDef:
+    """The kernel registered under ``name``; KeyError lists the known names."""
+    _load()
+    try:
+        return _KERNELS[name]
+    except KeyError:
+        raise KeyError(f"no kernel named {name!r}; known: {sorted(_KERNELS)}") from None
+
+
+def all_kernels() -> list[KernelDef]:
+    """Every registered kernel, sorted by name."""
+    _load()
+    return [_KERNELS[n] for n in sorted(_KERNELS)]
+
+
+def kernels_for(family: str, arch: str) -> list[KernelDef]:
+    """The kernels of one family (gdn, kda, gla, deltanet) that serve an architecture."""
+    return [k for k in all_kernels() if k.family == family and arch in k.archs]
