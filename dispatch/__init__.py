@@ -1,1 +1,18 @@
-"""Dispatch: from a call to a config to a compiled kernel, without database I/O on the hot path."""
+"""Dispatch: from a call to a config to a compiled kernel, without database I/O on the hot path.
+
+``explain(op, *args)`` says which config a call will run and why; ``reset()`` forgets every cache
+(after the tuning database changed in this process).
+"""
+
+from dispatch.explain import Explanation, explain
+
+
+def reset() -> None:
+    """Forget resolved launchers, selections and the database handle; built kernels stay."""
+    from dispatch import lookup, router
+
+    router.clear()
+    lookup.reset()
+
+
+__all__ = ["Explanation", "explain", "reset"]

@@ -21,7 +21,8 @@ def flags_json(flags: tuple[tuple[str, object], ...]) -> str:
 
 @dataclass(frozen=True)
 class TuningKey:
-    """One tuning key. ``bucket_tokens`` is log2 of tokens per sequence (0 for decode),
+    """One tuning key. ``flags`` is the canonical JSON of the call's tuned flags and its mode;
+    ``bucket_tokens`` is log2 of tokens per sequence (0 for decode),
     ``bucket_rows`` log2 of sequences × value heads: the two sizes that move the best config."""
 
     op: str
@@ -58,7 +59,7 @@ def key_for(kernel_name: str, spec: CallSpec) -> TuningKey:
         dtype=spec.dtype_name,
         dim_k=spec.dim_k,
         dim_v=spec.dim_v,
-        flags=flags_json(spec.tuned_flags),
+        flags=flags_json(spec.tuned_flags + (("mode", spec.mode),)),
         bucket_tokens=log2_bucket(tokens_per_sequence(spec)),
         bucket_rows=log2_bucket(spec.batch * spec.value_heads),
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from tileops.kernels.base import KernelDef
 
-# Modules that call ``register`` at import. Order is irrelevant; names are unique.
+# Modules that call ``register`` at import. Order is irrelevant; names are unique. More modules
+# (out-of-tree kernels to tune or serve) can be named, comma-separated, in $TILEOPS_EXTRA_KERNELS.
 KERNEL_MODULES = (
     "tileops.kernels.reference_kernels",
     "tileops.kernels.gdn",
@@ -28,7 +30,8 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for module in KERNEL_MODULES:
+        extra = [m.strip() for m in os.environ.get("TILEOPS_EXTRA_KERNELS", "").split(",") if m.strip()]
+        for module in (*KERNEL_MODULES, *extra):
             importlib.import_module(module)
 
 

@@ -1,0 +1,23 @@
+"""The shipped snapshot: read-only winners inside the package, one JSONL file per architecture."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from importlib import resources
+
+from db.jsonl import read_winners
+from db.schemas import WinnerRecord
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_winners(arch: str) -> tuple[WinnerRecord, ...]:
+    """Every valid row of ``tileops/snapshots/<arch>.jsonl`` (none when the file is absent)."""
+    path = resources.files("tileops") / "snapshots" / f"{arch}.jsonl"
+    if not path.is_file():
+        return ()
+    with resources.as_file(path) as real_path:
+        records, rejects = read_winners(real_path)
+    for line, reason in rejects:
+        warnings.warn(f"shipped snapshot {arch}.jsonl line {line} skipped: {reason}", stacklevel=2)
+    return tuple(records)

@@ -1,0 +1,26 @@
+"""Pre-compiling winners, so that the first op call of a fresh process finds its kernel in
+TileLang's disk cache instead of compiling it."""
+
+from __future__ import annotations
+
+import torch
+
+from db.schemas import WinnerRecord
+from dispatch.compile_cache import built
+from tileops.kernels.registry import get_kernel
+from tuner.cases import Case, make_inputs, make_op
+
+
+def compile_winner(record: WinnerRecord) -> None:
+    """Build a winner's kernel for the call it was tuned on (any length: lengths are run-time).
+
+    Raises ValueError when the row does not say which call it was tuned on.
+    """
+    if not record.call:
+        raise ValueError(f"winner {record.kernel} has no recorded call to compile for")
+    case = Case.from_json(record.call).smallest().on("cuda" if record.arch.startswith("sm") else "cpu")
+    spec, _ = make_op(case).describe(*make_inputs(case, seed=0))
+    kernel = get_kernel(record.kernel)
+    built(kernel, kernel.validate_config(record.config, spec), spec)
+    if spec.device.type == "cuda":
+        torch.cuda.synchronize()

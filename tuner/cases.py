@@ -1,0 +1,112 @@
+"""A tuning case: one representative call of an inference op, as plain data that can cross a
+process boundary, be stored with a winner, and be turned back into fresh random inputs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+import tileops.linear_attention as la
+
+OP_CLASSES = {"deltanet": "DeltaNetFwdOp", "gdn": "GDNFwdOp", "kda": "KDAFwdOp", "gla": "GLAFwdOp"}
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Case:
+    """An op call: the op family, its constructor flags and the shapes of its inputs.
+
+    ``batch`` is B for equal-length calls; ``seqlens`` (packed varlen) lists the sequence
+    lengths, whose sum is the packed T. ``tokens`` == 1 without seqlens is decode.
+    """
+
+    op: str
+    batch: int
+    tokens: int
+    heads: int
+    value_heads: int
+    dim: int
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    seqlens: Optional[tuple[int, ...]] = None
+    flags: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def label(self) -> str:
+        """A short human label: gdn prefill B4xT8192 H16/HV32 K128 bfloat16."""
+        shape = (f"varlen{len(self.seqlens)} T{sum(self.seqlens)}" if self.seqlens else
+                 f"{'decode' if self.tokens == 1 else 'prefill'} B{self.batch}xT{self.tokens}")
+        return f"{self.op} {shape} H{self.heads}/HV{self.value_heads} K{self.dim} {self.dtype}"
+
+    def to_json(self) -> str:
+        """Canonical JSON text (stored beside a winner so that it can be rebuilt)."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Case":
+        data = json.loads(text)
+        data["seqlens"] = tuple(data["seqlens"]) if data.get("seqlens") else None
+        data["flags"] = tuple((k, v) for k, v in data.get("flags", ()))
+        return cls(**data)
+
+    def on(self, device: str) -> "Case":
+        return replace(self, device=device)
+
+    def smallest(self) -> "Case":
+        """The same program with the fewest tokens: what a compile needs (lengths are run-time)."""
+        if self.seqlens:
+            return replace(self, seqlens=(1, 64), tokens=65)
+        return replace(self, batch=1, tokens=min(self.tokens, 64))
+
+
+def make_op(case: Case, target: Optional[str] = None) -> Any:
+    """The op instance a case describes."""
+    return getattr(la, OP_CLASSES[case.op])(**dict(case.flags), target=target)
+
+
+def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> tuple:
+    """Fresh random forward arguments for ``case`` (never zeros): keys normalised, decays
+    negative and moderate, betas in (0, 1), a random initial state."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = dtype or DTYPES[case.dtype]
+    flags = dict(case.flags)
+    b = 1 if case.seqlens else case.batch
+    t = sum(case.seqlens) if case.seqlens else case.tokens
+    n = len(case.seqlens) if case.seqlens else case.batch
+    h, hv, d = case.heads, case.value_heads, case.dim
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    q = randn(b, t, h, d)
+    k = F.normalize(randn(b, t, h, d), dim=-1)
+    v = randn(b, t, hv, d)
+    state = 0.1 * randn(n, hv, d, d)
+    cu = None
+    if case.seqlens:
+        cu = torch.tensor([0] + list(case.seqlens), dtype=torch.int64).cumsum(0).to(torch.int32)
+    if case.op == "gla":
+        g = F.logsigmoid(randn(b, t, h, d)) / 16
+        args = [q, k, v, g]
+    else:
+        beta = torch.rand(b, t, hv, generator=gen, dtype=torch.float64) * 0.9 + 0.05
+        if flags.get("use_beta_sigmoid_in_kernel"):
+            beta = randn(b, t, hv)
+        gate_shape = (b, t, hv, d) if case.op == "kda" else (b, t, hv)
+        g = F.logsigmoid(randn(*gate_shape)) / 8 if case.op != "deltanet" else None
+        args = [q, k, v] + ([g] if g is not None else []) + [beta]
+    extras = [state, cu, None if cu is None else cu.clone()]
+    if case.op in ("gdn", "kda"):
+        a_log = randn(hv).div(4) if flags.get("use_gate_in_kernel") else None
+        dt_bias = randn(hv * (d if case.op == "kda" else 1)).div(4) if flags.get("use_gate_in_kernel") else None
+        extras += [a_log, dt_bias]
+    device = torch.device(case.device)
+    cast = [x.to(device=device, dtype=dtype) for x in args]
+    fp = torch.float64 if dtype == torch.float64 else torch.float32
+    out = [extras[0].to(device=device, dtype=fp), None if cu is None else cu.to(device), extras[2]]
+    out += [None if x is None else x.to(device=device, dtype=fp) for x in extras[3:]]
+    return tuple(cast + out)

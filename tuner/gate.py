@@ -1,0 +1,23 @@
+"""The correctness gate: a candidate's outputs against the float64 reference on fresh inputs."""
+
+from __future__ import annotations
+
+import torch
+
+# ‖out − ref‖ / ‖ref‖ that a kernel computing in this dtype must reach (fp32 accumulation).
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2.5e-2}
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64 (inf when out holds NaN or inf)."""
+    out64, ref64 = out.detach().to("cpu", torch.float64), ref.detach().to("cpu", torch.float64)
+    if out64.shape != ref64.shape:
+        return float("inf")
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-300))
+
+
+def worst_error(outputs: tuple, references: tuple) -> float:
+    """The largest relative error over every output tensor of an op."""
+    return max(relative_error(o, r) for o, r in zip(outputs, references))

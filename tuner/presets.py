@@ -1,0 +1,74 @@
+"""Named shape presets: the workloads a tuning run covers, per op and architecture."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from tuner.cases import Case
+
+# Qwen3-Next / Qwen3.5 GDN layers: 16 query-key heads, 32 value heads, 128-wide state.
+_QWEN = dict(heads=16, value_heads=32, dim=128)
+_MIXED16 = (4096, 1024, 3072, 512, 2048, 2560, 1536, 768, 3584, 256, 2304, 1280, 4608, 2816, 1792, 3840)
+
+PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
+    "qwen3-next": {
+        "gdn": (
+            Case("gdn", 1, 32768, **_QWEN), Case("gdn", 8, 4096, **_QWEN),
+            Case("gdn", 4, 8192, heads=16, value_heads=16, dim=128),
+            Case("gdn", 1, sum(_MIXED16), seqlens=_MIXED16, **_QWEN),
+            Case("gdn", 1, 1, **_QWEN), Case("gdn", 64, 1, **_QWEN), Case("gdn", 256, 1, **_QWEN),
+        ),
+    },
+    "kimi-linear": {
+        "kda": (Case("kda", 4, 8192, heads=32, value_heads=32, dim=128),
+                Case("kda", 256, 1, heads=32, value_heads=32, dim=128)),
+    },
+    "cpu-small": {
+        op: (Case(op, 2, 256, heads=2, value_heads=4 if op in ("gdn", "kda") else 2, dim=32, dtype="float32"),
+             Case(op, 8, 1, heads=2, value_heads=4 if op in ("gdn", "kda") else 2, dim=32, dtype="float32"))
+        for op in ("deltanet", "gdn", "kda", "gla")
+    },
+}
+
+DEFAULT_PRESET = {"cpu": "cpu-small"}
+_EXPLICIT = re.compile(r"^(?:B(?P<b>\d+)xT(?P<t>\d+)|varlen(?P<n>\d+)xT(?P<vt>\d+))xH(?P<h>\d+)(?:xHV(?P<hv>\d+))?$")
+
+
+def explicit_case(op: str, text: str, dim: int, dtype: str) -> Case:
+    """A case from text such as B4xT8192xH16xHV32 or varlen16xT32768xH16xHV32."""
+    m = _EXPLICIT.match(text)
+    if m is None:
+        raise ValueError(f"shape {text!r} is neither a preset ({', '.join(PRESETS)}) nor of the form "
+                         "B4xT8192xH16xHV32 / varlen16xT32768xH16xHV32")
+    h = int(m["h"])
+    hv = int(m["hv"] or h)
+    if m["n"]:
+        n, total = int(m["n"]), int(m["vt"])
+        lengths = tuple(total // n + (1 if i < total % n else 0) for i in range(n))
+        return Case(op, 1, total, h, hv, dim, dtype, seqlens=lengths)
+    return Case(op, int(m["b"]), int(m["t"]), h, hv, dim, dtype)
+
+
+def cases_for(op: str, arch: str, shapes: list[str], dim: int | None, dtype: str | None) -> list[Case]:
+    """The cases of one op for the given preset names or explicit shapes (defaults per arch)."""
+    names = shapes or [DEFAULT_PRESET.get(arch, "qwen3-next" if op == "gdn" else "kimi-linear")]
+    out: list[Case] = []
+    for name in names:
+        if name in PRESETS:
+            for case in PRESETS[name].get(op, ()):
+                out.append(_override(case, dim, dtype))
+        else:
+            out.append(explicit_case(op, name, dim or (32 if arch == "cpu" else 128),
+                                     dtype or ("float32" if arch == "cpu" else "bfloat16")))
+    if op == "gla":
+        out = [c if c.value_heads == c.heads else _same_heads(c) for c in out]
+    return out
+
+
+def _override(case: Case, dim: int | None, dtype: str | None) -> Case:
+    return replace(case, dim=dim or case.dim, dtype=dtype or case.dtype)
+
+
+def _same_heads(case: Case) -> Case:
+    return replace(case, value_heads=case.heads)

@@ -1,0 +1,128 @@
+"""A tuning run: every key of the requested ops, a study each, winners written at the end of
+each key (so an interrupted run keeps what it finished), and a summary."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from db.schemas import RunRecord, WinnerRecord
+from db.store import TuningStore
+from tileops.device import current_arch, current_device_name
+from tuner.cases import Case
+from tuner.plan import plan
+from tuner.presets import cases_for
+from tuner.study import KeyStudy, KeyTask
+from tuner.winner import Verdict, choose_winner
+from tuner.worker import CandidateWorker
+
+OPS = ("deltanet", "gdn", "kda", "gla")
+
+
+@dataclass(frozen=True)
+class KeyResult:
+    """One line of the summary."""
+
+    case: Case
+    kernel: str
+    verdict: Optional[Verdict]
+    skipped: str = ""
+
+
+def versions() -> dict[str, Optional[str]]:
+    """The versions a tuning row records as provenance."""
+    try:
+        import tilelang
+
+        tilelang_version = tilelang.__version__
+    except Exception:  # tilelang absent or broken: the CPU reference still tunes
+        tilelang_version = None
+    return {"tilelang": tilelang_version, "torch": torch.__version__, "cuda": torch.version.cuda}
+
+
+def check_arch(arch: Optional[str]) -> str:
+    """The architecture to tune: the current device's, which is the only one that can be timed."""
+    here = current_arch()
+    if arch is None:
+        return here
+    if arch != here:
+        raise ValueError(f"--arch {arch} asked for, but this machine's device is {here}: tuning times "
+                         f"kernels, so run it on a {arch} machine (or pass --arch {here})")
+    return arch
+
+
+def winner_record(task: KeyTask, verdict: Verdict, source_hash: str) -> WinnerRecord:
+    """The winners-table row of a verdict."""
+    key = {f: getattr(task.key, f) for f in task.key.__dataclass_fields__}
+    win, default = verdict.winner, verdict.default
+    v = versions()
+    return WinnerRecord(
+        **key, config=win.config, time_ms=win.median_ms, default_ms=default.median_ms if default else None,
+        speedup=default.median_ms / win.median_ms if default else None, rel_error=win.rel_error,
+        source_hash=source_hash, tilelang_version=v["tilelang"], torch_version=v["torch"],
+        cuda_version=v["cuda"], source="tuned", call=task.case.to_json())
+
+
+def tune(ops: list[str], arch: Optional[str], shapes: list[str], dim: Optional[int], dtype: Optional[str],
+         trials: int, timeout_s: float, db: Optional[str], storage: Optional[str],
+         on_key: Callable[[str, int], Callable[[], None]]) -> list[KeyResult]:
+    """Tune every case of ``ops``; ``on_key(label, total)`` returns a per-trial progress callback."""
+    arch = check_arch(arch)
+    device = "cpu" if arch == "cpu" else "cuda"
+    store = TuningStore(db)
+    storage = storage or store.default_optuna_storage()
+    run_id = store.start_run(RunRecord(arch=arch, device_name=current_device_name(), op_filter=",".join(ops),
+                                       host=platform.node() or "unknown", versions=versions()))
+    worker = CandidateWorker(timeout_s)
+    results: list[KeyResult] = []
+    status = "failed"
+    try:
+        for op in ops:
+            for case in cases_for(op, arch, shapes, dim, dtype):
+                results.append(_tune_case(case.on(device), arch, store, worker, storage, run_id, trials, on_key))
+        status = "ok"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        worker.close()
+        store.finish_run(run_id, status)
+    return results
+
+
+def _tune_case(case: Case, arch: str, store: TuningStore, worker: CandidateWorker, storage: str,
+               run_id: int, trials: int, on_key: Callable[[str, int], Callable[[], None]]) -> KeyResult:
+    task, why = plan(case, arch)
+    if task is None:
+        return KeyResult(case, "-", None, skipped=why)
+    study = KeyStudy(task, store, worker, storage, run_id)
+    earlier = store.winners(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__})
+    study.enqueue(earlier[0].config if earlier else None)
+    study.run(min(trials, study.space_size()), on_key(case.label, min(trials, study.space_size())))
+    verdict = choose_winner(store.trials(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__}),
+                            study.default_json)
+    if verdict.winner is not None:
+        store.put_winner(winner_record(task, verdict, task.kernel.source_hash))
+    return KeyResult(case, task.kernel.name, verdict)
+
+
+def summary_rows(results: list[KeyResult]) -> list[dict]:
+    """The summary as plain rows (the CLI renders them; tests read them)."""
+    rows = []
+    for r in results:
+        v = r.verdict
+        win = v.winner if v else None
+        rows.append({
+            "key": r.case.label, "kernel": r.kernel,
+            "default_ms": v.default.median_ms if v and v.default else None,
+            "winner_ms": win.median_ms if win else None,
+            "speedup": (v.default.median_ms / win.median_ms) if v and v.default and win else None,
+            "rel_error": win.rel_error if win else None,
+            "config": json.dumps(win.config, sort_keys=True) if win else "-",
+            "note": r.skipped or (v.reason if v else ""),
+        })
+    return rows
