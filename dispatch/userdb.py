@@ -7,11 +7,10 @@ the defaults.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Optional
 
-from db.engine import resolve_url
+from db.engine import resolve_url, sqlite_path
 from db.schemas import WinnerRecord
 
 
@@ -23,16 +22,12 @@ class UserDatabase:
         self._store = None
         self._broken = False
 
-    def _sqlite_path(self) -> Optional[str]:
-        prefix = "sqlite:///"
-        return self.url[len(prefix):] if self.url.startswith(prefix) else None
-
     def winners(self, **filters: object) -> list[WinnerRecord]:
         """Winners matching the key columns in ``filters``; [] when the database cannot serve."""
         if self._broken:
             return []
-        path = self._sqlite_path()
-        if path is not None and not os.path.exists(path):
+        path = sqlite_path(self.url)
+        if path is not None and not path.exists():
             return []
         try:
             if self._store is None:

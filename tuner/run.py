@@ -103,8 +103,9 @@ def _tune_case(case: Case, arch: str, store: TuningStore, worker: CandidateWorke
     earlier = store.winners(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__})
     study.enqueue(earlier[0].config if earlier else None)
     study.run(min(trials, study.space_size()), on_key(case.label, min(trials, study.space_size())))
-    verdict = choose_winner(store.trials(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__}),
-                            study.default_json)
+    trials = store.trials(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__},
+                          source_hash=task.kernel.source_hash)
+    verdict = choose_winner(trials, study.default_json)
     if verdict.winner is not None:
         store.put_winner(winner_record(task, verdict, task.kernel.source_hash))
     return KeyResult(case, task.kernel.name, verdict)

@@ -80,7 +80,7 @@ class KeyStudy:
 
     def measure(self, config_json: str) -> TrialRecord:
         """A trial row for a config: read back if this key already measured it, else measured now."""
-        known = self.store.find_trial(self.task.key, config_json)
+        known = self.store.find_trial(self.task.key, config_json, source_hash=self.task.kernel.source_hash)
         if known is not None:
             return known
         outcome = self.worker.evaluate(Job(self.task.kernel.name, config_json, self.task.case.to_json(),
@@ -95,7 +95,7 @@ class KeyStudy:
             config_json = self.task.kernel.validate_config(params, self.task.spec).to_json()
         except ValueError as err:
             config_json = json.dumps(params, sort_keys=True, separators=(",", ":"))
-            if self.store.find_trial(self.task.key, config_json) is None:
+            if self.store.find_trial(self.task.key, config_json, source_hash=self.task.kernel.source_hash) is None:
                 self.store.add_trial(_record(self.task, config_json, Outcome("invalid", error=str(err)), self.run_id))
             raise optuna.TrialPruned(f"invalid config: {err}") from None
         record = self.measure(config_json)

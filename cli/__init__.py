@@ -1,0 +1,1 @@
+"""Command-line tools: tileops-db (the tuning database), tileops-tune and tileops-bench."""

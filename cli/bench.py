@@ -1,0 +1,102 @@
+"""`tileops-bench`: our ops side by side with the peers, and the host overhead of dispatch."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import date
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, help="Benchmark tileops against its peers.")
+console = Console()
+
+
+def _ratio(ours: Optional[float], peer: Optional[float]) -> str:
+    return "-" if not ours or not peer else f"{peer / ours:.2f}x"
+
+
+def render(rows: list[dict]) -> Table:
+    """The side-by-side table: ms, throughput, floor, and our speed relative to each peer."""
+    table = Table(title=f"GDN forward, H200, bf16 ({date.today().isoformat()})")
+    for name in ("row", "ours ms", "throughput", "floor ms", "FLA ms", "TileOPs ms", "vs FLA", "vs TileOPs",
+                 "first call s"):
+        table.add_column(name)
+    for r in rows:
+        ours = r["ours_ms"]
+        rate = (f"{r['gflop'] / ours:.0f} TFLOP/s" if r["gflop"] else f"{r['state_mb'] / ours:.0f} GB/s")
+        table.add_row(r["label"], f"{ours:.4f}", rate, f"{r['floor_ms']:.4f}",
+                      "-" if r.get("fla_ms") is None else f"{r['fla_ms']:.4f}",
+                      "-" if r.get("tileops_ms") is None else f"{r['tileops_ms']:.4f}",
+                      _ratio(ours, r.get("fla_ms")), _ratio(ours, r.get("tileops_ms")), f"{r['first_call_s']:.2f}")
+    return table
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Bar chart of ms per row for ours and each peer, with the floor marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r["label"].replace(" H16", "\nH16") for r in rows]
+    series = [("ours", "ours_ms"), ("FLA 0.6.0", "fla_ms"), ("TileOPs 0.1.0", "tileops_ms")]
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.27
+    for i, (name, key) in enumerate(series):
+        ax.bar([x + (i - 1) * width for x in range(len(rows))], [r.get(key) or 0 for r in rows], width, label=name)
+    ax.scatter(range(len(rows)), [r["floor_ms"] for r in rows], marker="_", s=400, color="black", label="floor")
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (log)")
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.legend()
+    ax.set_title("GDN forward on H200 (bf16): lower is better")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+@app.command()
+def main_command(
+    op: str = typer.Option("gdn", help="Op family to benchmark."),
+    peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
+                                             help="PYTHONPATH holding the peers (fla, tileops 0.1.0)."),
+    out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
+    overhead: bool = typer.Option(False, help="Only print the host µs that dispatch adds per call."),
+    replot: Optional[Path] = typer.Option(None, help="Render the table and plot of an earlier results.json."),
+) -> None:
+    """Time ours and the peers on the op's benchmark rows; print a table, write JSON and a plot."""
+    if overhead:
+        from cli.overhead import measure
+
+        for name, value in measure().items():
+            console.print(f"{name}: {value:.2f} µs")
+        return
+    if replot is not None:
+        rows = json.loads(replot.read_text())
+    else:
+        from cli.bench_cases import bench_cases
+        from cli.bench_run import bench
+
+        rows = bench(list(bench_cases(op)), peers_path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    console.print(render(rows))
+    try:
+        plot(rows, out / f"{op}.png")
+        console.print(f"wrote {out / 'results.json'} and {out / (op + '.png')}")
+    except ImportError:
+        console.print(f"wrote {out / 'results.json'}; matplotlib is absent here: "
+                      f"`tileops-bench --replot {out / 'results.json'}` renders the plot elsewhere")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Runs the benchmark rows: ours in this process, each peer in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from cli.bench_cases import flops, floor_ms, state_bytes
+from tuner.cases import Case, make_inputs, make_op
+from tuner.timing import time_cuda
+
+PEERS = ("fla", "tileops")
+PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")
+
+
+def time_ours(case: Case) -> dict:
+    """Our op on one row: first-call seconds (compile or cache load) and the median ms."""
+    op = make_op(case)
+    args = make_inputs(case, seed=1)
+    start = time.perf_counter()
+    op(*args)
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - start
+    return {"ms": time_cuda(lambda: op(*args)).median_ms, "first_call_s": first_s}
+
+
+def time_peer(peer: str, cases: list[Case], pythonpath: str, timeout_s: float = 900) -> dict[str, dict]:
+    """One peer's results per row label, run as `python3 -P peer_bench.py` from a neutral folder."""
+    rows = [dict(asdict(c), label=c.label, seqlens=list(c.seqlens) if c.seqlens else None) for c in cases]
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    proc = subprocess.run([sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows)],
+                          cwd="/tmp", env=env, capture_output=True, text=True, timeout=timeout_s)
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            results[row["label"]] = row
+    if proc.returncode != 0 and not results:
+        results["_error"] = {"error": proc.stderr[-2000:]}
+    return results
+
+
+def bench(cases: list[Case], peers_path: Optional[str]) -> list[dict]:
+    """Every row: our time, each peer's, the work and the floor."""
+    ours = {c.label: time_ours(c) for c in cases}
+    peers = {p: time_peer(p, cases, peers_path) for p in PEERS} if peers_path else {}
+    out = []
+    for c in cases:
+        row = {"label": c.label, "ours_ms": ours[c.label]["ms"], "first_call_s": ours[c.label]["first_call_s"],
+               "floor_ms": floor_ms(c), "gflop": flops(c) / 1e9, "state_mb": state_bytes(c) / 1e6}
+        for p in peers:
+            row[f"{p}_ms"] = peers[p].get(c.label, {}).get("ms")
+            row[f"{p}_error"] = peers[p].get(c.label, {}).get("error") or peers[p].get("_error", {}).get("error")
+        out.append(row)
+    return out

@@ -1,0 +1,282 @@
+"""tileops-db: inspect and maintain the tuning database.
+
+Every command takes ``--db`` (a SQLAlchemy URL or a SQLite path; default $TILEOPS_DB, else
+~/.cache/tileops/tuning.db). Failures print one line on stderr and exit with status 1; so does
+``import`` when it refused any row.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from alembic.util import CommandError
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import track
+from rich.table import Table
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from db import migrate
+from db.engine import display_url, make_engine, resolve_url
+from db.errors import StoreError
+from db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
+from db.models import WINNER_SOURCES
+from db.schemas import WinnerRecord
+from db.store import TuningStore
+
+app = typer.Typer(name="tileops-db", help="Inspect and maintain the tileops tuning database.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+out = Console()
+err = Console(stderr=True)
+
+Db = Annotated[Optional[str], typer.Option(
+    "--db", help="SQLAlchemy URL or SQLite path (default: $TILEOPS_DB, else ~/.cache/tileops/tuning.db).")]
+OpFilter = Annotated[Optional[str], typer.Option(help="Only this op (deltanet, gdn, kda, gla).")]
+ArchFilter = Annotated[Optional[str], typer.Option(help="Only this architecture (sm90, cpu, ...).")]
+DtypeFilter = Annotated[Optional[str], typer.Option(help="Only this dtype (bfloat16, float16, ...).")]
+KernelFilter = Annotated[Optional[str], typer.Option(help="Only this kernel (e.g. tl.gdn_prefill).")]
+SourceChoice = Enum("SourceChoice", {name: name for name in WINNER_SOURCES}, type=str)
+
+# What a command may fail with for reasons outside the program: printed as one line, exit 1.
+EXPECTED_ERRORS = (StoreError, SQLAlchemyError, CommandError, OSError, ValueError, KeyError)
+
+
+def print_error(message: str) -> None:
+    """``error: message`` on stderr, on one line."""
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Inside a command: print the error and exit with status 1."""
+    print_error(message)
+    raise typer.Exit(1)
+
+
+def describe(error: Exception) -> str:
+    """An exception as one line: a driver error without SQLAlchemy's statement and link."""
+    if isinstance(error, DBAPIError):
+        error = error.orig
+    if isinstance(error, KeyError) and error.args:
+        return str(error.args[0])
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def check_all(rows: list[WinnerRecord]) -> list[tuple[WinnerRecord, Optional[str]]]:
+    """Each row with why dispatch cannot use it (None: it can)."""
+    # Imported here: the kernel registry brings in torch, which only these commands need.
+    from db.validate import check_winner
+
+    return [(row, check_winner(row)) for row in rows]
+
+
+KEY_HEADERS = ("op", "kernel", "arch", "dtype", "KxV", "flags", "bucket", "device")
+
+
+def key_cells(record: WinnerRecord) -> list[str]:
+    """The tuning key of a row as table cells, under ``KEY_HEADERS``."""
+    return [record.op, record.kernel, record.arch, record.dtype, f"{record.dim_k}x{record.dim_v}",
+            record.flags, f"t{record.bucket_tokens} r{record.bucket_rows}", record.device_name]
+
+
+def key_table(title: str, *extra: str) -> Table:
+    """A table whose first columns are the tuning key."""
+    table = Table(title=title, title_justify="left")
+    for header in (*KEY_HEADERS, *extra):
+        table.add_column(header, overflow="fold")
+    return table
+
+
+def ms(value: Optional[float]) -> str:
+    """A time in milliseconds for a table cell."""
+    return "-" if value is None else f"{value:.4g}"
+
+
+def revision_of(url: str) -> Optional[str]:
+    """The schema revision of the database at ``url`` (None: no schema)."""
+    engine = make_engine(url)
+    try:
+        return migrate.current_revision(engine)
+    finally:
+        engine.dispose()
+
+
+@app.command()
+def upgrade(db: Db = None, revision: Annotated[str, typer.Option(help="Target revision.")] = "head") -> None:
+    """Create the tables or migrate them to the newest schema (or to --revision)."""
+    url = resolve_url(db)
+    migrate.upgrade(url, revision)
+    out.print(f"{escape(display_url(url))}: schema at revision {revision_of(url)}")
+
+
+@app.command()
+def downgrade(revision: Annotated[str, typer.Option(help="Target revision; 'base' drops every table.")],
+              db: Db = None) -> None:
+    """Migrate the schema down to --revision."""
+    url = resolve_url(db)
+    migrate.downgrade(url, revision)
+    out.print(f"{escape(display_url(url))}: schema at revision {revision_of(url) or 'base'}")
+
+
+@app.command()
+def show(db: Db = None, op: OpFilter = None, arch: ArchFilter = None, dtype: DtypeFilter = None,
+         kernel: KernelFilter = None,
+         stale_only: Annotated[bool, typer.Option(help="Only rows dispatch would ignore.")] = False) -> None:
+    """List the winners with their timings and whether dispatch can still use them."""
+    with TuningStore(db, readonly=True) as store:
+        rows = store.winners(op=op, arch=arch, dtype=dtype, kernel=kernel)
+    checked = check_all(rows)
+    if stale_only:
+        checked = [(row, problem) for row, problem in checked if problem]
+    if not checked:
+        out.print("no winners match")
+        return
+    table = key_table(f"{len(checked)} winners", "config", "ms", "default ms", "speedup", "source", "status")
+    for row, problem in checked:
+        speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
+        status = "[green]ok[/green]" if problem is None else f"[red]{escape(problem)}[/red]"
+        table.add_row(*map(escape, key_cells(row)), escape(row.config_json), ms(row.time_ms),
+                      ms(row.default_ms), speedup, row.source, status)
+    out.print(table)
+
+
+@app.command()
+def export(out_file: Annotated[Path, typer.Option("--out", help="The JSONL file to write.")],
+           db: Db = None, op: OpFilter = None, arch: ArchFilter = None, dtype: DtypeFilter = None,
+           kernel: KernelFilter = None) -> None:
+    """Write winners as JSONL (sorted, one row a line: diffs well in git)."""
+    with TuningStore(db, readonly=True) as store:
+        count = export_winners(store.winners(op=op, arch=arch, dtype=dtype, kernel=kernel), out_file)
+    out.print(f"exported {count} winners to {escape(str(out_file))}")
+
+
+@app.command("import")
+def import_(file: Annotated[Path, typer.Argument(help="A JSONL file of winners.")], db: Db = None,
+            source: Annotated[Optional[SourceChoice], typer.Option(
+                help="Record the rows with this source (default: each row's own).")] = None) -> None:
+    """Add winners from JSONL, replacing rows of the same key; exit 1 if any row is refused."""
+    numbered, rejects = read_numbered_winners(file)
+    with TuningStore(db) as store:
+        good = []
+        for (line, _), (record, problem) in zip(numbered, check_all([r for _, r in numbered]), strict=True):
+            if problem:
+                rejects.append((line, problem))
+            else:
+                good.append(record if source is None else record.model_copy(update={"source": source.value}))
+        store.put_winners(good)
+        out.print(f"imported {len(good)} winners into {escape(display_url(store.url))}")
+    if rejects:
+        table = Table(title=f"{len(rejects)} rows refused", title_justify="left")
+        table.add_column("line", justify="right")
+        table.add_column("reason", overflow="fold")
+        for line, reason in sorted(rejects):
+            table.add_row(str(line), escape(reason))
+        out.print(table)
+        raise typer.Exit(1)
+
+
+def load_winners(source: str) -> list[WinnerRecord]:
+    """The winners of a .jsonl file or of a database (URL or path); bad lines are warned about."""
+    if source.endswith(".jsonl"):
+        records, rejects = read_winners(Path(source))
+        for line, reason in rejects:
+            err.print(f"[yellow]warning:[/yellow] {escape(source)} line {line} skipped: {escape(reason)}")
+        return records
+    with TuningStore(source, readonly=True) as store:
+        return store.winners()
+
+
+@app.command()
+def diff(a: Annotated[str, typer.Argument(help="Database URL/path or .jsonl file.")],
+         b: Annotated[str, typer.Argument(help="Database URL/path or .jsonl file.")]) -> None:
+    """Compare two sets of winners by tuning key: added in B, removed from A, changed."""
+    changes = diff_winners(load_winners(a), load_winners(b))
+    if not changes:
+        out.print("no differences")
+        return
+    for title, rows in (("added", changes.added), ("removed", changes.removed)):
+        if rows:
+            table = key_table(f"{title} ({len(rows)})", "config", "ms", "source")
+            for row in rows:
+                table.add_row(*map(escape, key_cells(row)), escape(row.config_json), ms(row.time_ms), row.source)
+            out.print(table)
+    if changes.changed:
+        table = key_table(f"changed ({len(changes.changed)})", "what changed")
+        for old, new in changes.changed:
+            table.add_row(*map(escape, key_cells(new)), escape(changed_fields(old, new)))
+        out.print(table)
+
+
+def changed_fields(old: WinnerRecord, new: WinnerRecord) -> str:
+    """``field: old -> new`` for every field that differs."""
+    before, after = json.loads(winner_line(old)), json.loads(winner_line(new))
+    return "; ".join(f"{name}: {json.dumps(before[name])} -> {json.dumps(after[name])}"
+                     for name in sorted(before) if before[name] != after[name])
+
+
+@app.command()
+def prune(db: Db = None,
+          dry_run: Annotated[bool, typer.Option(help="Only list what would be deleted.")] = False) -> None:
+    """Delete winners dispatch can no longer use (unknown kernel, invalid config, stale source)."""
+    with TuningStore(db, readonly=dry_run) as store:
+        doomed = [(row, problem) for row, problem in check_all(store.winners()) if problem]
+        if not doomed:
+            out.print("nothing to prune")
+            return
+        table = key_table(f"{len(doomed)} unusable winners", "why")
+        for row, problem in doomed:
+            table.add_row(*map(escape, key_cells(row)), escape(problem))
+        out.print(table)
+        if dry_run:
+            out.print(f"would delete {len(doomed)} winners (dry run)")
+        else:
+            deleted = store.delete_winners(ids=[row.id for row, _ in doomed])
+            out.print(f"deleted {deleted} winners")
+
+
+@app.command()
+def warm(db: Db = None) -> None:
+    """Compile this device's winners ahead of time, so the first op call does not wait."""
+    from tileops.device import current_arch
+
+    try:
+        from dispatch.warm import compile_winner
+    except ImportError as error:
+        fail(f"cannot warm: dispatch.warm.compile_winner is not available ({describe(error)})")
+    arch = current_arch()
+    with TuningStore(db, readonly=True) as store:
+        rows = store.winners(arch=arch)
+    usable = [row for row, problem in check_all(rows) if problem is None]
+    if not usable:
+        out.print(f"no usable winners for {arch} ({len(rows)} rows in all)")
+        return
+    failures = []
+    for row in track(usable, description=f"compiling {len(usable)} {arch} winners", console=out):
+        try:
+            compile_winner(row)
+        except Exception as error:  # report every failing row, keep compiling the others
+            failures.append((row, f"{type(error).__name__}: {describe(error)}"))
+    out.print(f"compiled {len(usable) - len(failures)} of {len(usable)} winners for {arch}"
+              + (f" ({len(rows) - len(usable)} unusable rows skipped)" if len(rows) > len(usable) else ""))
+    if failures:
+        table = key_table(f"{len(failures)} failed", "error")
+        for row, reason in failures:
+            table.add_row(*map(escape, key_cells(row)), escape(reason))
+        out.print(table)
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """The ``tileops-db`` console script."""
+    try:
+        app(prog_name="tileops-db")
+    except EXPECTED_ERRORS as error:
+        print_error(describe(error))
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

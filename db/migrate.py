@@ -1,0 +1,81 @@
+"""Schema revisions: move a database up or down, and refuse one at another revision.
+
+A brand-new database (no tables at all) is given the schema when opened for writing, so that a
+first tuning run just works. An existing database at an older revision is never migrated behind
+the user's back: opening it raises ``SchemaOutOfDate`` naming the command that migrates it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect
+
+from db.engine import display_url
+from db.errors import SchemaOutOfDate
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic Config for ``url`` that needs no alembic.ini (works from an installed package)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolation: a literal % (URL-escaped passwords) must be doubled.
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the database at ``url`` up to ``revision``."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``base`` drops every table)."""
+    command.downgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str:
+    """The newest revision this code knows."""
+    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+
+def current_revision(engine: Engine) -> Optional[str]:
+    """The revision the database is at, or None when it has never been migrated."""
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def require_current(engine: Engine, url: Optional[str] = None) -> None:
+    """Raise ``SchemaOutOfDate`` unless the database is at the head revision.
+
+    ``url`` is the name to print in the message (default: the engine's URL).
+    """
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return
+    shown = display_url(url) if url else engine.url.render_as_string(hide_password=True)
+    if current is None:
+        raise SchemaOutOfDate(
+            f"{shown} has no tileops tables; create them with: tileops-db upgrade --db {shown}")
+    known = {script.revision for script in ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()}
+    if current not in known:
+        raise SchemaOutOfDate(
+            f"{shown} is at schema revision {current}, which this tileops does not know (its newest "
+            f"is {head}): it was written by a newer tileops; upgrade tileops or use another database")
+    raise SchemaOutOfDate(
+        f"{shown} is at schema revision {current}, this tileops needs {head}; "
+        f"migrate it with: tileops-db upgrade --db {shown}")
+
+
+def ensure_current(engine: Engine, url: str) -> None:
+    """Give a brand-new database (no tables at all) the schema; require any other to be current."""
+    if not inspect(engine).get_table_names():
+        upgrade(url)
+    require_current(engine, url)

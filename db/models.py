@@ -1,0 +1,140 @@
+"""The tables: tuning runs, every measured trial, and one winning config per tuning key.
+
+The key columns carry the names of the fields of ``dispatch.key.TuningKey``, so a key and a row
+convert field by field. Configs and flags are canonical JSON text (sorted keys, no spaces): equal
+configs are equal strings, which is what lets the tuner skip a config it has already measured.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# The fields of dispatch.key.TuningKey, in order (spelled out: dispatch imports db, not the reverse).
+KEY_COLUMNS = ("op", "kernel", "arch", "device_name", "dtype", "dim_k", "dim_v", "flags",
+               "bucket_tokens", "bucket_rows")
+
+TRIAL_STATUSES = ("ok", "compile_error", "wrong", "crashed", "timeout", "invalid")
+WINNER_SOURCES = ("tuned", "shipped", "user")
+RUN_STATUSES = ("running", "ok", "failed", "interrupted")
+
+
+def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=name)
+
+
+class UtcDateTime(TypeDecorator):
+    """A UTC instant stored without a zone (the same on every backend), read back zone-aware."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+        if value is None or value.tzinfo is None:
+            return value
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+        return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """The metadata every migration is compared against."""
+
+
+class KeyColumns:
+    """The tuning key, flattened into columns."""
+
+    op: Mapped[str] = mapped_column(String(128))
+    kernel: Mapped[str] = mapped_column(String(128))
+    arch: Mapped[str] = mapped_column(String(128))
+    device_name: Mapped[str] = mapped_column(String(128))
+    dtype: Mapped[str] = mapped_column(String(128))
+    dim_k: Mapped[int] = mapped_column(Integer)
+    dim_v: Mapped[int] = mapped_column(Integer)
+    flags: Mapped[str] = mapped_column(String(1024))
+    bucket_tokens: Mapped[int] = mapped_column(Integer)
+    bucket_rows: Mapped[int] = mapped_column(Integer)
+
+
+class TuningRun(Base):
+    """One invocation of the tuner: where it ran, with which versions, and how it ended."""
+
+    __tablename__ = "tuning_runs"
+    __table_args__ = (_one_of("status", RUN_STATUSES, "ck_tuning_runs_status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[Optional[datetime]] = mapped_column(UtcDateTime, nullable=True)
+    arch: Mapped[str] = mapped_column(String(128))
+    device_name: Mapped[str] = mapped_column(String(128))
+    op_filter: Mapped[Optional[str]] = mapped_column(String(256), nullable=True)
+    host: Mapped[str] = mapped_column(String(128))
+    versions: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+
+
+class Trial(KeyColumns, Base):
+    """One measured (or failed) candidate config for one key."""
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        Index("ix_trials_key", *KEY_COLUMNS),
+        _one_of("status", TRIAL_STATUSES, "ck_trials_status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[Optional[int]] = mapped_column(
+        ForeignKey("tuning_runs.id", ondelete="SET NULL"), nullable=True, index=True)
+    config_json: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    median_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    p20_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    p80_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    repeats: Mapped[int] = mapped_column(Integer)
+    noise: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    rel_error: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    compile_s: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    source_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Winner(KeyColumns, Base):
+    """The config dispatch uses for one key, with what it was measured against and on."""
+
+    __tablename__ = "winners"
+    __table_args__ = (
+        UniqueConstraint(*KEY_COLUMNS, name="uq_winners_key"),
+        _one_of("source", WINNER_SOURCES, "ck_winners_source"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_json: Mapped[str] = mapped_column(Text)
+    time_ms: Mapped[float] = mapped_column(Float)
+    default_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    speedup: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    rel_error: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    source_hash: Mapped[str] = mapped_column(String(64))
+    tilelang_version: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
+    torch_version: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
+    cuda_version: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
+    call: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    source: Mapped[str] = mapped_column(String(16))

@@ -1,0 +1,137 @@
+"""Helpers shared by the tuning-database tests: database URLs (SQLite and a throw-away PostgreSQL
+database), a small test kernel, record factories and a way to run tileops-db in a subprocess.
+
+Import the fixtures into a test module with ``from conftest_db import ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from db.schemas import TrialRecord, WinnerRecord
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+POSTGRES_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+TINY_KERNEL_NAME = "test.tiny_db"
+
+
+# -- databases ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite URL of a file that does not exist yet."""
+    return f"sqlite:///{tmp_path / 'tuning.db'}"
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database, dropped afterwards.
+
+    Skipped when no server answers, unless $TILEOPS_TEST_POSTGRES is set: then it fails.
+    """
+    import psycopg
+
+    try:
+        admin = psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as err:
+        if os.environ.get("TILEOPS_TEST_POSTGRES"):
+            pytest.fail(f"TILEOPS_TEST_POSTGRES is set but PostgreSQL does not answer: {err}")
+        pytest.skip(f"no PostgreSQL server on 127.0.0.1:5432 (set TILEOPS_TEST_POSTGRES=1 to fail instead): {err}")
+    name = f"tileops_test_{uuid.uuid4().hex[:12]}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request) -> str:
+    """Each test using it runs once on SQLite and once on PostgreSQL."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+# -- a kernel of our own -----------------------------------------------------------------------
+
+def make_tiny_kernel():
+    """A kernel with a two-knob config space; nothing is ever built."""
+    from tileops.kernels.base import KernelDef
+    from tileops.kernels.config import KernelConfig
+
+    class TinyConfig(KernelConfig):
+        block: Literal[32, 64, 128] = 64
+        stages: Literal[1, 2] = 1
+
+    return KernelDef(name=TINY_KERNEL_NAME, family="test", archs=frozenset({"cpu", "sm90"}),
+                     config_model=TinyConfig, build=lambda config, spec: (lambda *args: None),
+                     refuse=lambda spec: None, default=lambda spec: TinyConfig())
+
+
+def isolate_registry(kernel) -> None:
+    """Serve only ``kernel`` (and whatever was already loaded) from the registry, without
+    importing the in-tree kernel modules: these tests are about rows, not kernels."""
+    from tileops.kernels import registry
+
+    registry._loaded = True
+    registry.register(kernel)
+
+
+@pytest.fixture
+def tiny_kernel(monkeypatch):
+    """The test kernel, registered for one test (the in-tree kernel modules are not imported)."""
+    from tileops.kernels import registry
+
+    kernel = make_tiny_kernel()
+    monkeypatch.setattr(registry, "_loaded", True)
+    monkeypatch.setitem(registry._KERNELS, kernel.name, kernel)
+    return kernel
+
+
+# -- records -----------------------------------------------------------------------------------
+
+KEY = dict(op="gdn", kernel=TINY_KERNEL_NAME, arch="sm90", device_name="NVIDIA H200", dtype="bfloat16",
+           dim_k=128, dim_v=128, flags='{"mode":"prefill"}', bucket_tokens=12, bucket_rows=6)
+
+
+def make_winner(**fields) -> WinnerRecord:
+    """A valid winner for the test kernel; ``fields`` override the defaults."""
+    values = dict(KEY, config={"block": 64, "stages": 2}, time_ms=0.5, default_ms=0.75, speedup=1.5,
+                  rel_error=1e-3, source_hash="0123456789abcdef", tilelang_version="0.1.12",
+                  torch_version="2.13.0", cuda_version="12.8", source="tuned")
+    values.update(fields)
+    return WinnerRecord(**values)
+
+
+def make_trial(**fields) -> TrialRecord:
+    """A successful trial for the test kernel; ``fields`` override the defaults."""
+    values = dict(KEY, config={"block": 64, "stages": 2}, status="ok", median_ms=0.5, p20_ms=0.49,
+                  p80_ms=0.52, repeats=50, rel_error=1e-3, compile_s=1.25, source_hash="0123456789abcdef")
+    values.update(fields)
+    return TrialRecord(**values)
+
+
+# -- the CLI in a subprocess -------------------------------------------------------------------
+
+# The real tileops-db main, after registering the test kernel in that process.
+_WITH_TINY_KERNEL = ("import conftest_db as h; h.isolate_registry(h.make_tiny_kernel()); "
+                     "import cli.db; cli.db.main()")
+
+
+def run_cli(*args: str, with_tiny_kernel: bool = False) -> subprocess.CompletedProcess:
+    """``python -m cli.db ARGS`` from the repository root (or the same main with the test
+    kernel registered), output captured as text on a wide terminal."""
+    env = dict(os.environ, COLUMNS="250", NO_COLOR="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]))
+    env.pop("TILEOPS_DB", None)
+    command = ["-c", _WITH_TINY_KERNEL] if with_tiny_kernel else ["-m", "cli.db"]
+    return subprocess.run([sys.executable, *command, *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
