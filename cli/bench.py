@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import date
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from cli import wide_console
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, help="Benchmark tileops against its peers.")
-console = Console()
+console = wide_console()
 
 
 def _ratio(ours: Optional[float], peer: Optional[float]) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 from alembic.util import CommandError
-from rich.console import Console
+from cli import wide_console
 from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
@@ -30,8 +30,8 @@ from db.store import TuningStore
 
 app = typer.Typer(name="tileops-db", help="Inspect and maintain the tileops tuning database.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-out = Console()
-err = Console(stderr=True)
+out = wide_console()
+err = wide_console(stderr=True)
 
 Db = Annotated[Optional[str], typer.Option(
     "--db", help="SQLAlchemy URL or SQLite path (default: $TILEOPS_DB, else ~/.cache/tileops/tuning.db).")]

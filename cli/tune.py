@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
-from rich.console import Console
+from cli import wide_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, help="Tune linear-attention kernels and store the winners.")
-console = Console()
+console = wide_console()
 
 
 def _fmt(value: Optional[float], spec: str) -> str:

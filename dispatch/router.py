@@ -15,7 +15,7 @@ from dispatch.lookup import Selection, select
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef, Launcher
 from tileops.kernels.registry import get_kernel
-from tileops.targets import BUILTIN, REFERENCE, external, kernel_names, known_targets
+from tileops.targets import BUILTIN, REFERENCE, external, kernel_names, known_targets, on_change
 
 _LAUNCHERS: dict[tuple, Launcher] = {}
 _MAX_LAUNCHERS = 4096
@@ -106,3 +106,6 @@ def clear() -> None:
     """Forget resolved launchers (after registering targets or changing the database)."""
     _LAUNCHERS.clear()
     _warned.clear()
+
+
+on_change(clear)

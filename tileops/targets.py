@@ -34,13 +34,25 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
 }
 
 _EXTERNAL: dict[tuple[str, str], Callable] = {}
+_LISTENERS: list[Callable[[], None]] = []
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever a target is registered or removed (dispatch forgets routes)."""
+    _LISTENERS.append(listener)
+
+
+def _changed() -> None:
+    for listener in _LISTENERS:
+        listener()
 
 
 def register_target(name: str, op: Union[str, type], implementation: Callable) -> None:
     """Serve ``op`` (a class or its name) under target ``name`` with ``implementation``.
 
     The implementation is called with the op's forward arguments and must return what the
-    op's forward returns. The names ``builtin`` and ``reference`` are reserved.
+    op's forward returns (GLAChunkFwdOp may also return (o, final_state, h), which attaches h
+    for GLAChunkBwdOp). The names ``builtin`` and ``reference`` are reserved.
     """
     op_name = op if isinstance(op, str) else op.__name__
     if name in (BUILTIN, REFERENCE):
@@ -48,11 +60,13 @@ def register_target(name: str, op: Union[str, type], implementation: Callable) -
     if not callable(implementation):
         raise TypeError(f"implementation for target {name!r} must be callable, got {type(implementation).__name__}")
     _EXTERNAL[(name, op_name)] = implementation
+    _changed()
 
 
 def unregister_target(name: str, op: Union[str, type]) -> None:
     """Remove a registered third-party implementation (no error if absent)."""
     _EXTERNAL.pop((name, op if isinstance(op, str) else op.__name__), None)
+    _changed()
 
 
 def kernel_names(target: str, op_name: str) -> tuple[str, ...]:

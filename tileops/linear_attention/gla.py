@@ -27,7 +27,7 @@ class GLAChunkResult(tuple):
 
     h: torch.Tensor
 
-    def __new__(cls, o: torch.Tensor, final_state: torch.Tensor, h: torch.Tensor) -> "GLAChunkResult":
+    def __new__(cls, o: torch.Tensor, final_state: torch.Tensor, h: Optional[torch.Tensor] = None) -> "GLAChunkResult":
         result = super().__new__(cls, (o, final_state))
         result.h = h
         return result
@@ -57,7 +57,8 @@ class GLAChunkFwdOp(_GLAChunkOp):
 
     Layout BTHD. The returned pair also carries ``.h`` [B, NT+1, H, K, V] (fp32), the per-chunk
     states that GLAChunkBwdOp takes: ``o, ht = op(...)`` works as documented, and
-    ``out = op(...); GLAChunkBwdOp(...)(q, k, v, g, out.h, do, dht)`` pairs the two.
+    ``out = op(...); GLAChunkBwdOp(...)(q, k, v, g, out.h, do, dht)`` pairs the two. (An external
+    target that returns only (o, final_state) leaves ``.h`` None.)
     """
 
     def __init__(self, chunk_size: int = 64, scale: float = -1.0, *, target: Target = None) -> None:
@@ -75,8 +76,7 @@ class GLAChunkFwdOp(_GLAChunkOp):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                 initial_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Run GLA forward; returns (o, final_state) with ``.h`` attached."""
-        o, final_state, h = super().forward(q, k, v, g, initial_state)
-        return GLAChunkResult(o, final_state, h)
+        return GLAChunkResult(*super().forward(q, k, v, g, initial_state))
 
 
 class GLAChunkBwdOp(_GLAChunkOp):

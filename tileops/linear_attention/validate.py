@@ -20,6 +20,10 @@ def _names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
 
 
+def _layout(layout: Sequence[Union[str, int]]) -> str:
+    return "[" + ", ".join(str(d) for d in layout) + "]"
+
+
 class Shapes:
     """Checks tensors against named layouts and remembers the sizes they fix."""
 
@@ -39,19 +43,16 @@ class Shapes:
         """Check rank, named sizes, dtype and device of ``t``; returns it."""
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        wanted = "[" + ", ".join(str(d) for d in layout) + "]"
-        if t.dim() != len(layout):
-            raise ValueError(f"{name} must be {len(layout)}-D {wanted}, got {t.dim()}-D shape {list(t.shape)}")
-        for dim, size in zip(layout, t.shape):
-            if isinstance(dim, int):
-                if size != dim:
-                    raise ValueError(f"{name} must have shape {wanted}, got {list(t.shape)}")
-            elif dim in self.sizes and self.sizes[dim] != size:
-                raise ValueError(
-                    f"{name}: dim {dim} is {size}, but {self._set_by[dim]} set {dim} = {self.sizes[dim]} "
-                    f"(expected {wanted}, got {list(t.shape)})")
-            elif dim not in self.sizes:
+        shape = t.shape
+        if len(shape) != len(layout):
+            raise ValueError(f"{name} must be {len(layout)}-D {_layout(layout)}, got {t.dim()}-D shape {list(shape)}")
+        sizes = self.sizes
+        for dim, size in zip(layout, shape):
+            known = dim if isinstance(dim, int) else sizes.get(dim)
+            if known is None:
                 self.bind(dim, size, name)
+            elif known != size:
+                raise ValueError(self._mismatch(name, dim, size, layout, shape))
         if t.dtype not in dtypes:
             raise TypeError(f"{name}: dtype {str(t.dtype).removeprefix('torch.')} is not supported; "
                             f"expected {_names(dtypes)}")
@@ -62,6 +63,12 @@ class Shapes:
                 raise ValueError(f"{name} is on {t.device}, but {self._device_by} is on {self.device}; "
                                  "all tensors of a call must be on one device")
         return t
+
+    def _mismatch(self, name: str, dim: Union[str, int], size: int, layout: Sequence, shape: Sequence) -> str:
+        expected = f"expected {_layout(layout)}, got {list(shape)}"
+        if isinstance(dim, int):
+            return f"{name} must have shape {_layout(layout)}, got {list(shape)}"
+        return f"{name}: dim {dim} is {size}, but {self._set_by[dim]} set {dim} = {self.sizes[dim]} ({expected})"
 
     def optional(self, name: str, t: object, layout: Sequence[Union[str, int]],
                  dtypes: Sequence[torch.dtype]) -> Optional[torch.Tensor]:
