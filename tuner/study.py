@@ -105,17 +105,24 @@ class KeyStudy:
         return record.median_ms
 
     def run(self, n_trials: int, on_trial: Callable[[], None]) -> None:
-        """Up to ``n_trials`` trials; stops early once every config of the space has been seen."""
+        """Trials until ``n_trials`` distinct configs are measured or the space is exhausted.
+
+        A sampler may propose a config again (an enqueued default, a shared study); such repeats
+        are read back for free, so they do not count against the budget.
+        """
         if not self.space:
             self.measure(self.default_json)
             on_trial()
             return
         seen: set[str] = set()
+        goal = min(n_trials, self.space_size())
 
         def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-            seen.add(json.dumps(trial.params, sort_keys=True))
-            on_trial()
-            if len(seen) >= self.space_size():
+            key = json.dumps(trial.params, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                on_trial()
+            if len(seen) >= goal:
                 study.stop()
 
-        self.study.optimize(self.objective, n_trials=n_trials, callbacks=[callback])
+        self.study.optimize(self.objective, n_trials=3 * goal + 2, callbacks=[callback])

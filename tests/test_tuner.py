@@ -1,0 +1,118 @@
+"""The tuner end to end on CPU: trials and winners stored, the gate, crashes and hangs survived,
+the winner rule, resume, and dispatch picking up what was tuned."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """Serve GDNFwdOp's reference target with the behaviour kernel first (here and in workers)."""
+    monkeypatch.setenv("TILEOPS_EXTRA_KERNELS", "fake_kernels")
+    monkeypatch.setenv("PYTHONPATH", str(TESTS) + ":" + __import__("os").environ.get("PYTHONPATH", ""))
+    import fake_kernels
+    import tileops.targets as targets
+
+    monkeypatch.setitem(targets._REFERENCE_KERNELS, "GDNFwdOp",
+                        (fake_kernels.NAME,) + targets._REFERENCE_KERNELS["GDNFwdOp"])
+    import dispatch
+
+    dispatch.reset()
+    yield fake_kernels
+    dispatch.reset()
+
+
+def _tune(db, storage, trials=8, timeout=60.0, shape="B1xT96xH1xHV2"):
+    from tuner.run import tune
+
+    return tune(["gdn"], "cpu", [shape], 16, "float32", trials, timeout, db, storage, lambda label, n: (lambda: None))
+
+
+def test_behaviour_sweep_gate_crash_hang_winner_and_dispatch(fake_kernel, tmp_path, monkeypatch):
+    from db.store import TuningStore
+
+    db = f"sqlite:///{tmp_path / 'tuning.db'}"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    [result] = _tune(db, storage, timeout=30.0)
+    assert result.kernel == fake_kernel.NAME
+    trials = TuningStore(db).trials(kernel=fake_kernel.NAME)
+    by_behaviour = {}
+    for t in trials:
+        by_behaviour.setdefault(t.config["behaviour"], set()).add(t.status)
+    assert by_behaviour["wrong"] == {"wrong"}, "the gate must reject a wrong candidate"
+    assert by_behaviour["crash"] == {"crashed"}, "a crashing candidate is recorded, not fatal"
+    assert by_behaviour["hang"] == {"timeout"}, "a hanging candidate is killed at the timeout"
+    assert by_behaviour["right"] == {"ok"}
+    assert len(trials) == 8, "every config of the space measured exactly once"
+    [winner] = TuningStore(db).winners(kernel=fake_kernel.NAME)
+    assert winner.config == {"delay_ms": 0, "behaviour": "right"}, "the fast correct config beats the default"
+    assert winner.default_ms > winner.time_ms
+    assert json.loads(winner.call)["op"] == "gdn"
+
+    # dispatch now runs the winner for a matching call
+    import dispatch
+    from tuner.cases import Case, make_inputs, make_op
+
+    monkeypatch.setenv("TILEOPS_DB", db)
+    dispatch.reset()
+    case = Case("gdn", 1, 96, 1, 2, 16, "float32")
+    explanation = dispatch.explain(make_op(case), *make_inputs(case, seed=5))
+    assert explanation.kernel == fake_kernel.NAME
+    assert explanation.source == "user"
+    assert explanation.config == {"delay_ms": 0, "behaviour": "right"}
+
+    # resume: a second run measures nothing new and keeps the winner
+    _tune(db, storage, timeout=30.0)
+    assert len(TuningStore(db).trials(kernel=fake_kernel.NAME)) == 8
+    assert TuningStore(db).winners(kernel=fake_kernel.NAME)[0].config == winner.config
+
+
+def test_cpu_tune_of_the_reference_changes_what_dispatch_picks(tmp_path, monkeypatch):
+    import dispatch
+    from db.store import TuningStore
+    from tuner.cases import Case, make_inputs, make_op
+
+    db = f"sqlite:///{tmp_path / 'tuning.db'}"
+    monkeypatch.setenv("TILEOPS_DB", db)
+    case = Case("gdn", 1, 200, 1, 2, 16, "float32")
+    dispatch.reset()
+    before = dispatch.explain(make_op(case), *make_inputs(case, seed=3))
+    assert before.source == "default"
+    [result] = _tune(db, f"sqlite:///{tmp_path / 'optuna.db'}", trials=4, shape="B1xT200xH1xHV2")
+    assert result.verdict is not None and result.verdict.winner is not None
+    trials = TuningStore(db).trials(kernel="reference.gdn_chunk")
+    assert len(trials) == 4 and all(t.status == "ok" for t in trials)
+    dispatch.reset()
+    after = dispatch.explain(make_op(case), *make_inputs(case, seed=4))
+    assert after.source == "user" and after.config == result.verdict.winner.config
+    dispatch.reset()
+
+
+def test_arch_other_than_this_machine_is_a_clear_error():
+    from tuner.run import check_arch
+
+    with pytest.raises(ValueError, match="--arch sm90 asked for, but this machine's device is cpu"):
+        check_arch("sm90")
+
+
+def test_winner_rule_needs_more_than_the_noise_band():
+    from db.schemas import TrialRecord
+    from tuner.winner import choose_winner
+
+    key = dict(op="gdn", kernel="k", arch="cpu", device_name="cpu", dtype="float32", dim_k=16, dim_v=16,
+               flags="{}", bucket_tokens=7, bucket_rows=1, source_hash="0" * 16)
+    default = TrialRecord(**key, config={"a": 1}, status="ok", median_ms=10.0, noise=0.05)
+    close = TrialRecord(**key, config={"a": 2}, status="ok", median_ms=9.7)
+    wrong = TrialRecord(**key, config={"a": 3}, status="wrong", rel_error=1.0)
+    assert choose_winner([default, close, wrong], default.config_json).winner.config == {"a": 1}
+    fast = TrialRecord(**key, config={"a": 4}, status="ok", median_ms=9.0)
+    tie = TrialRecord(**key, config={"a": 0}, status="ok", median_ms=9.0)
+    assert choose_winner([default, close, fast, tie], default.config_json).winner.config == {"a": 0}
