@@ -6,6 +6,7 @@ Import the fixtures into a test module with ``from conftest_db import ...``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -31,11 +32,11 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tuning.db'}"
 
 
-@pytest.fixture
-def postgres_url():
-    """A fresh PostgreSQL database, dropped afterwards.
+@contextlib.contextmanager
+def throwaway_postgres():
+    """A fresh PostgreSQL database URL, dropped on exit.
 
-    Skipped when no server answers, unless $TILEOPS_TEST_POSTGRES is set: then it fails.
+    Skips when no server answers, unless $TILEOPS_TEST_POSTGRES is set: then it fails.
     """
     import psycopg
 
@@ -52,6 +53,13 @@ def postgres_url():
             yield f"postgresql://postgres@127.0.0.1:5432/{name}"
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database, dropped afterwards."""
+    with throwaway_postgres() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

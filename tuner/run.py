@@ -16,7 +16,7 @@ from tileops.device import current_arch, current_device_name
 from tuner.cases import Case
 from tuner.plan import plan
 from tuner.presets import cases_for
-from tuner.study import KeyStudy, KeyTask
+from tuner.study import KeyStudy, KeyTask, open_storage
 from tuner.winner import Verdict, choose_winner
 from tuner.worker import CandidateWorker
 
@@ -74,7 +74,7 @@ def tune(ops: list[str], arch: Optional[str], shapes: list[str], dim: Optional[i
     arch = check_arch(arch)
     device = "cpu" if arch == "cpu" else "cuda"
     store = TuningStore(db)
-    storage = storage or store.default_optuna_storage()
+    storage = open_storage(storage or store.default_optuna_storage())
     run_id = store.start_run(RunRecord(arch=arch, device_name=current_device_name(), op_filter=",".join(ops),
                                        host=platform.node() or "unknown", versions=versions()))
     worker = CandidateWorker(timeout_s)
@@ -94,7 +94,7 @@ def tune(ops: list[str], arch: Optional[str], shapes: list[str], dim: Optional[i
     return results
 
 
-def _tune_case(case: Case, arch: str, store: TuningStore, worker: CandidateWorker, storage: str,
+def _tune_case(case: Case, arch: str, store: TuningStore, worker: CandidateWorker, storage: object,
                run_id: int, trials: int, on_key: Callable[[str, int], Callable[[], None]]) -> KeyResult:
     task, why = plan(case, arch)
     if task is None:

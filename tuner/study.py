@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -23,6 +25,20 @@ from tuner.evaluate import Job, Outcome
 from tuner.worker import CandidateWorker
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def open_storage(url: str, attempts: int = 6) -> optuna.storages.BaseStorage:
+    """An Optuna storage, retried while other workers are creating the same schema."""
+    if "://" not in url:
+        return url
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except Exception:  # another worker created the tables between our check and our create
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 + random.random() * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -53,7 +69,8 @@ def _record(task: KeyTask, config_json: str, outcome: Outcome, run_id: Optional[
 class KeyStudy:
     """Runs the trials of one key against a store, a worker and an Optuna storage."""
 
-    def __init__(self, task: KeyTask, store: TuningStore, worker: CandidateWorker, storage: str,
+    def __init__(self, task: KeyTask, store: TuningStore, worker: CandidateWorker,
+                 storage: optuna.storages.BaseStorage,
                  run_id: Optional[int], seed: int = 0) -> None:
         self.task, self.store, self.worker, self.run_id = task, store, worker, run_id
         self.space = task.kernel.config_model.choices()
