@@ -1,0 +1,99 @@
+"""Tuned and default configs agree: for every winner — freshly tuned here, in $TILEOPS_DB when
+set, and in the shipped snapshots — the op's output under the winner equals its output under the
+kernel's default on fresh random inputs. A winner for another architecture must still validate,
+not be stale, and compile for its architecture when nvcc is present."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import replace
+from importlib import resources
+
+import pytest
+import torch
+
+from db.jsonl import read_winners
+from db.validate import check_winner
+from tileops.device import current_arch
+from tileops.kernels.registry import get_kernel
+from tuner.cases import Case, make_inputs, make_op
+from tuner.evaluate import gate_case
+from tuner.gate import TOLERANCE, worst_error
+
+
+def shipped() -> list:
+    """Every row of every shipped snapshot."""
+    folder = resources.files("tileops") / "snapshots"
+    rows = []
+    for item in sorted(folder.iterdir(), key=lambda p: p.name) if folder.is_dir() else []:
+        if item.name.endswith(".jsonl"):
+            records, rejects = read_winners(item)
+            assert not rejects, f"{item.name} has rows that do not validate: {rejects}"
+            rows += records
+    return rows
+
+
+def user_rows() -> list:
+    """The winners of the database named by $TILEOPS_DB, when the variable is set."""
+    if not os.environ.get("TILEOPS_DB"):
+        return []
+    from db.store import TuningStore
+
+    return TuningStore(os.environ["TILEOPS_DB"], readonly=True).winners()
+
+
+def _agree(record) -> None:
+    kernel = get_kernel(record.kernel)
+    case = gate_case(Case.from_json(record.call)).on("cuda" if record.arch.startswith("sm") else "cpu")
+    seed = random.SystemRandom().randrange(1 << 30)
+    spec, args = make_op(case).describe(*make_inputs(case, seed))
+    tuned = kernel.build(kernel.validate_config(record.config, spec), spec)(*args)
+    default = kernel.build(kernel.default(spec), spec)(*args)
+    error = worst_error(tuple(tuned), tuple(default))
+    assert error <= 2 * TOLERANCE[case.dtype], f"{record.kernel} {record.config}: {error:.3g} (seed {seed})"
+
+
+def _compiles_for_its_arch(record) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is absent: the compile check of a GPU winner needs it")
+    kernel = get_kernel(record.kernel)
+    case = Case.from_json(record.call).smallest()
+    spec, _ = make_op(case).describe(*make_inputs(case, seed=0))
+    spec = replace(spec, device=torch.device("cuda", 0), arch=record.arch, device_name=record.device_name)
+    assert kernel.build(kernel.validate_config(record.config, spec), spec) is not None
+
+
+def check(record) -> None:
+    """The whole check for one winner."""
+    assert record.call, f"winner {record.kernel} does not record the call it was tuned on"
+    assert check_winner(record) is None, check_winner(record)
+    if record.arch == current_arch():
+        _agree(record)
+    else:
+        _compiles_for_its_arch(record)
+
+
+@pytest.mark.parametrize("record", shipped(), ids=lambda r: f"{r.kernel}-t{r.bucket_tokens}-r{r.bucket_rows}")
+def test_shipped_winner_agrees_with_default(record):
+    check(record)
+
+
+@pytest.mark.parametrize("record", user_rows(), ids=lambda r: f"{r.kernel}-t{r.bucket_tokens}-r{r.bucket_rows}")
+def test_user_winner_agrees_with_default(record):
+    check(record)
+
+
+def test_freshly_tuned_winners_agree_with_default(tmp_path):
+    from db.store import TuningStore
+    from tuner.run import tune
+
+    db = f"sqlite:///{tmp_path / 'tuning.db'}"
+    for op in ("gdn", "kda", "gla", "deltanet"):
+        tune([op], "cpu", ["B1xT160xH1xHV2"], 16, "float32", 3, 120.0, db, f"sqlite:///{tmp_path / 'o.db'}",
+             lambda label, n: (lambda: None))
+    winners = TuningStore(db, readonly=True).winners()
+    assert {w.op for w in winners} == {"gdn", "kda", "gla", "deltanet"}
+    for record in winners:
+        check(record)
