@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 
 DEFAULT_PATH = Path("~/.cache/tileops/tuning.db")
 BUSY_TIMEOUT_S = 30.0
+READ_BUSY_TIMEOUT_S = 2.0
 
 # Driver names that mean PostgreSQL without naming a driver: psycopg 3 serves them.
 _POSTGRES_ALIASES = {"postgresql", "postgres"}
@@ -81,14 +82,17 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
 def _sqlite_engine(url: URL, *, readonly: bool) -> Engine:
     if readonly and url.database not in (None, "", ":memory:"):
         url = url.set(database=f"file:{quote(url.database)}", query={"mode": "ro", "uri": "true"})
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_S})
+    # A reader (dispatch, on an op call's first lookup) waits briefly and then falls back; a
+    # writer (the tuner) waits as long as other writers need.
+    busy_s = READ_BUSY_TIMEOUT_S if readonly else BUSY_TIMEOUT_S
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_s})
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection, _record) -> None:
         # Take over transaction control from the sqlite3 module, so that "begin" below decides.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
         cursor.execute("PRAGMA foreign_keys = ON")
         if readonly:
             cursor.execute("PRAGMA query_only = ON")

@@ -7,6 +7,7 @@ Selections are cached per tuning key, so after the first lookup of a key no data
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -56,6 +57,8 @@ def _usable(kernel: KernelDef, row: WinnerRecord, spec: CallSpec) -> tuple[Optio
     try:
         return kernel.validate_config(row.config, spec), ""
     except ValueError as err:
+        warnings.warn(f"tuning row for {kernel.name} ({row.device_name}, t{row.bucket_tokens}/r{row.bucket_rows}) "
+                      f"skipped: {err}", RuntimeWarning, stacklevel=2)
         return None, f"invalid config {row.config}: {err}"
 
 

@@ -1,0 +1,106 @@
+"""tl.gdn_decode without a GPU: its config space, its refusals, and programs compiled for sm_90a/sm_80."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.gdn.decode import KERNEL, GDNDecodeConfig
+from tileops.kernels.registry import get_kernel
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="compiling needs nvcc")
+
+
+def spec_for(*, batch=64, heads=16, value_heads=32, dim=128, dtype=torch.bfloat16, arch="sm90",
+             mode="decode", v_first=False, **flags) -> CallSpec:
+    flags = {**dict(scale=dim ** -0.5, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                    allow_neg_eigval=False, state_v_first=v_first, use_gate_in_kernel=True), **flags}
+    device = torch.device("cpu") if arch == "cpu" else torch.device("cuda", 0)
+    return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=device, arch=arch,
+                    device_name="NVIDIA H200", batch=batch, tokens=1, heads=heads, value_heads=value_heads,
+                    dim_k=dim, dim_v=dim, flags=make_flags(**flags))
+
+
+def source_of(launcher) -> str:
+    (program,) = launcher.programs.values()
+    return program.get_kernel_source()
+
+
+def test_registered():
+    kernel = get_kernel("tl.gdn_decode")
+    assert kernel is KERNEL and kernel.family == "gdn" and "sm90" in kernel.archs
+    assert kernel.config_model is GDNDecodeConfig
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(arch="cpu"), "CUDA"),
+    (dict(arch="sm75"), "sm80"),
+    (dict(mode="prefill"), "decode"),
+    (dict(dtype=torch.float32), "float16 or bfloat16"),
+    (dict(dim=96), "64- or 128-wide"),
+    (dict(value_heads=24), "multiple of H"),
+])
+def test_refusals_say_why(change, words):
+    reason = KERNEL.refuse(spec_for(**change))
+    assert reason and words in reason
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm89", "sm90"])
+def test_serves_decode_from_sm80(arch):
+    assert KERNEL.refuse(spec_for(arch=arch)) is None
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64, 256])
+@pytest.mark.parametrize("dim,v_first", [(64, False), (64, True), (128, False), (128, True)])
+def test_default_is_valid(batch, dim, v_first):
+    spec = spec_for(batch=batch, dim=dim, v_first=v_first)
+    KERNEL.validate_config(KERNEL.default(spec), spec)
+
+
+@pytest.mark.parametrize("config,words", [
+    (dict(block_v=128), "does not divide V=64"),
+    (dict(block_v=16, threads=256), "do not tile"),
+    (dict(block_v=64, threads=32), "state cells"),
+    (dict(threads=256, min_blocks=16), "threads per SM"),
+])
+def test_invalid_configs_say_why(config, words):
+    with pytest.raises(ValueError, match=words):
+        KERNEL.validate_config(config, spec_for(dim=64, v_first=True))
+
+
+def test_config_without_a_call_checks_only_the_literals():
+    assert KERNEL.validate_config({"block_v": 64, "threads": 32}) == GDNDecodeConfig(block_v=64, threads=32)
+    with pytest.raises(ValueError):
+        KERNEL.validate_config({"block_v": 48})
+
+
+@needs_nvcc
+def test_default_compiles_for_sm90a_with_symbolic_batch():
+    spec = spec_for()
+    source = source_of(KERNEL.build(KERNEL.default(spec), spec))
+    assert "int batch" in source  # the batch size is a kernel argument, not a constant
+    assert "*(float4*)(h0" in source and "*(float4*)(ht" in source  # 16-byte state accesses
+    for hopper_only in ("wgmma", "cp.async.bulk", "mbarrier"):
+        assert hopper_only not in source
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dim,v_first,config,flags", [
+    (64, True, GDNDecodeConfig(block_v=16, threads=32), dict(has_initial_state=False)),
+    (128, False, GDNDecodeConfig(block_v=64, threads=256, min_blocks=4),
+     dict(use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, allow_neg_eigval=True)),
+])
+def test_other_configs_compile(dim, v_first, config, flags):
+    spec = spec_for(dim=dim, v_first=v_first, dtype=torch.float16, **flags)
+    source = source_of(KERNEL.build(KERNEL.validate_config(config, spec), spec))
+    assert "int batch" in source and "half_t" in source
+
+
+@needs_nvcc
+def test_compiles_for_sm80():
+    spec = replace(spec_for(), arch="sm80")
+    assert "int batch" in source_of(KERNEL.build(KERNEL.default(spec), spec))

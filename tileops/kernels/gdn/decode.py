@@ -1,0 +1,111 @@
+"""tl.gdn_decode: the Gated DeltaNet single-token step as one fused, bandwidth-bound kernel.
+
+Registers the kernel: its config space (V-tile per CTA, threads per CTA, an occupancy hint), the
+reasons it turns a call down, and ``build``, which compiles the program of ``decode_program`` and
+returns the launcher of ``decode_launch``: it allocates the outputs and launches once, with no
+host sync, so it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal, Optional
+
+import torch
+from pydantic import ValidationInfo, model_validator
+
+from tileops.callspec import CallSpec
+from tileops.kernels.base import KernelDef
+from tileops.kernels.config import KernelConfig
+from tileops.kernels.gdn.decode_tile import thread_tile
+from tileops.kernels.registry import register
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+WIDTHS = (64, 128)
+MAX_CELLS = 64  # fp32 state cells a thread may hold in registers without spilling
+MAX_THREADS_PER_SM = 2048
+
+
+class GDNDecodeConfig(KernelConfig):
+    """One CTA updates a K x ``block_v`` tile of one head's state with ``threads`` threads.
+
+    ``min_blocks`` asks the compiler to fit that many CTAs per SM (it caps registers per thread).
+    """
+
+    block_v: Literal[16, 32, 64, 128] = 32
+    threads: Literal[32, 64, 128, 256] = 128
+    min_blocks: Literal[1, 2, 4, 6, 8, 16] = 1
+
+    @model_validator(mode="after")
+    def _fits(self, info: ValidationInfo) -> "GDNDecodeConfig":
+        spec = (info.context or {}).get("spec")
+        if spec is not None:
+            problem = tile_problem(self, spec.dim_k, spec.dim_v, bool(spec.flag("state_v_first", False)))
+            if problem:
+                raise ValueError(problem)
+        return self
+
+
+def tile_problem(config: GDNDecodeConfig, dim_k: int, dim_v: int, state_v_first: bool) -> Optional[str]:
+    """Why ``config`` cannot tile a K x V state, or None."""
+    if dim_v % config.block_v:
+        return f"block_v={config.block_v} does not divide V={dim_v}"
+    try:
+        tile = thread_tile(dim_k, config.block_v, config.threads, state_v_first)
+    except ValueError as err:
+        return str(err)
+    if config.threads * config.min_blocks > MAX_THREADS_PER_SM:
+        return f"min_blocks={config.min_blocks} CTAs of {config.threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
+    if tile.cells > MAX_CELLS:
+        return (f"{config.threads} threads would hold {tile.cells} state cells each (at most {MAX_CELLS}); "
+                f"use more threads or a smaller block_v")
+    return None
+
+
+def refuse(spec: CallSpec) -> Optional[str]:
+    """Why the decode kernel cannot serve ``spec``, or None."""
+    if spec.device.type != "cuda":
+        return f"tl.gdn_decode runs on CUDA devices; this call is on {spec.device.type}"
+    if not spec.arch.startswith("sm") or int(spec.arch[2:]) < 80:
+        return f"tl.gdn_decode needs sm80 or newer; the device is {spec.arch}"
+    if spec.mode != "decode":
+        return f"tl.gdn_decode serves single-token decode, not {spec.mode}"
+    if spec.dtype not in HALF_DTYPES:
+        return f"tl.gdn_decode takes float16 or bfloat16 tokens, not {spec.dtype_name}"
+    if spec.dim_k != spec.dim_v or spec.dim_k not in WIDTHS:
+        return f"tl.gdn_decode needs a square 64- or 128-wide state, not K={spec.dim_k}, V={spec.dim_v}"
+    if spec.value_heads % spec.heads:
+        return f"tl.gdn_decode needs HV a multiple of H, not H={spec.heads}, HV={spec.value_heads}"
+    return None
+
+
+def default(spec: CallSpec) -> GDNDecodeConfig:
+    """32-wide V tiles; 64 state cells per thread key-major, 32 value-major.
+
+    On the H200 (H16/HV32, K=V=128, bf16) these were the fastest or within noise of it from
+    B=1 to B=256: many 16-byte loads in flight per thread is what keeps HBM busy.
+    """
+    cells = 32 if spec.flag("state_v_first", False) else 64
+    return GDNDecodeConfig(block_v=32, threads=spec.dim_k * 32 // cells)
+
+
+def build(config: GDNDecodeConfig, spec: CallSpec) -> Callable:
+    """Compile the program for ``spec`` and return ``launch(q, k, v, g, beta, initial_state, ...)``."""
+    from tileops.kernels.gdn.decode_launch import DecodeLauncher
+
+    problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, bool(spec.flag("state_v_first", False)))
+    if problem:
+        raise ValueError(problem)
+    return DecodeLauncher(config, spec)
+
+
+KERNEL = register(KernelDef(
+    name="tl.gdn_decode",
+    family="gdn",
+    archs=frozenset({"sm90"}),
+    config_model=GDNDecodeConfig,
+    build=build,
+    refuse=refuse,
+    default=default,
+    modules=("tileops.kernels.gdn.decode", "tileops.kernels.gdn.decode_tile",
+             "tileops.kernels.gdn.decode_program", "tileops.kernels.gdn.decode_launch"),
+))

@@ -1,0 +1,114 @@
+"""The launcher ``tl.gdn_decode`` builds: compiled programs per call variant, one launch per call."""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import tilelang
+import torch
+
+from tileops.callspec import CallSpec
+from tileops.kernels.gdn.decode_program import DecodeShape, decode_program
+
+# (g, beta, A_log, dt_bias dtypes, whether an initial state is given): what the call's optional
+# tensors change in the program. Everything else is fixed by the spec.
+Variant = tuple[torch.dtype, torch.dtype, torch.dtype, torch.dtype, bool]
+
+
+def cuda_target(arch: str) -> dict:
+    """The TileLang target of a device tag: sm90 compiles for sm_90a like the rest of the project."""
+    return {"kind": "cuda", "arch": f"sm_{arch[2:]}" + ("a" if arch == "sm90" else "")}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(shape: DecodeShape, arch: str):
+    """The JIT-compiled program of ``shape`` for ``arch``, shared by every launcher in the process."""
+    return tilelang.compile(decode_program(shape), target=cuda_target(arch), execution_backend="tvm_ffi")
+
+
+def entry_point(kernel):
+    """The compiled program's tvm-ffi function. Called directly it skips the JIT wrapper's
+    per-argument Python (about 2 us of a 17 us call on the H200's host); it still checks the
+    arguments' shapes, dtypes and strides itself."""
+    module = kernel.adapter.get_exportable_executable()
+    return (module.jit() if hasattr(module, "jit") else module).get_function("main")
+
+
+class DecodeLauncher:
+    """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``.
+
+    Returns ``(o, final_state)``: o [B, 1, HV, V] in q's dtype and a new fp32 state in the given
+    layout; ``initial_state`` is only read. The batch size is a run-time value of the compiled
+    program. g, beta, A_log and dt_bias may each come in the token dtype or fp32 and the initial
+    state may be absent: the program for such a variant is compiled on its first call (the fp32
+    one, with or without a state as the spec says, is compiled here, ahead of time).
+    """
+
+    def __init__(self, config, spec: CallSpec) -> None:
+        self.spec = spec
+        self.config = config
+        self.value_first = bool(spec.flag("state_v_first", False))
+        self.gate_in_kernel = bool(spec.flag("use_gate_in_kernel", False))
+        self.o_dims = (1, spec.value_heads, spec.dim_v)
+        self.state_dims = (spec.value_heads,) + ((spec.dim_v, spec.dim_k) if self.value_first else (spec.dim_k, spec.dim_v))
+        self.programs: dict[Variant, object] = {}  # the JIT kernels, for inspection
+        self.entries: dict[Variant, object] = {}  # their entry points, for launching
+        fp32 = torch.float32
+        self.program((fp32, fp32, fp32, fp32, bool(spec.flag("has_initial_state", True))))
+
+    def program(self, variant: Variant):
+        """The entry point of one variant's program, compiled now if it is new."""
+        entry = self.entries.get(variant)
+        if entry is None:
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    "tl.gdn_decode would compile a program for new g/beta/A_log/dt_bias dtypes or initial-state "
+                    "presence while a CUDA graph is being captured; make one call like it before capturing")
+            kernel = self.programs[variant] = compiled(self.shape(variant), self.spec.arch)
+            entry = self.entries[variant] = entry_point(kernel)
+        return entry
+
+    def shape(self, variant: Variant) -> DecodeShape:
+        g_dtype, beta_dtype, a_log_dtype, dt_bias_dtype, has_state = variant
+        spec, flag = self.spec, self.spec.flag
+        scale = flag("scale")
+        return DecodeShape(
+            heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+            dtype=spec.dtype_name, g_dtype=dtype_name(g_dtype), beta_dtype=dtype_name(beta_dtype),
+            a_log_dtype=dtype_name(a_log_dtype), dt_bias_dtype=dtype_name(dt_bias_dtype),
+            block_v=self.config.block_v, threads=self.config.threads,
+            min_blocks=self.config.min_blocks, state_v_first=self.value_first,
+            has_state=has_state, scale=float(spec.dim_k ** -0.5 if scale is None else scale),
+            l2norm=bool(flag("use_qk_l2norm_in_kernel", False)),
+            beta_sigmoid=bool(flag("use_beta_sigmoid_in_kernel", False)),
+            neg_eigval=bool(flag("allow_neg_eigval", False)), gate_in_kernel=self.gate_in_kernel)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                 beta: torch.Tensor, initial_state: Optional[torch.Tensor] = None,
+                 cu_seqlens: Optional[torch.Tensor] = None, cu_seqlens_cpu: Optional[torch.Tensor] = None,
+                 A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = q.shape[0]
+        o = torch.empty((batch,) + self.o_dims, dtype=q.dtype, device=q.device)
+        state = torch.empty((batch,) + self.state_dims, dtype=torch.float32, device=q.device)
+        if batch == 0:
+            return o, state
+        if self.gate_in_kernel:
+            A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
+        else:
+            A_log = dt_bias = state  # never read
+        has_state = initial_state is not None
+        q, k = q.contiguous(), k.contiguous()
+        h0 = initial_state.contiguous() if has_state else state
+        if (q.data_ptr() | k.data_ptr() | h0.data_ptr()) & 15:  # vector loads need 16-byte alignment
+            q, k, h0 = (x if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, h0))
+        entry = self.entries.get((g.dtype, beta.dtype, A_log.dtype, dt_bias.dtype, has_state))
+        if entry is None:
+            entry = self.program((g.dtype, beta.dtype, A_log.dtype, dt_bias.dtype, has_state))
+        entry(q, k, v.contiguous(), g.contiguous(), beta.contiguous(), h0, A_log, dt_bias, o, state)
+        return o, state
