@@ -3,7 +3,12 @@
 
 def wide_console(stderr: bool = False) -> "Console":
     """A rich console that keeps tables on one line per row when output is piped (logs, CI)."""
+    import os
+
     from rich.console import Console
 
     probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=200)
+    if probe.is_terminal:
+        return probe
+    columns = os.environ.get("COLUMNS", "")
+    return Console(stderr=stderr, width=max(200, int(columns) if columns.isdigit() else 0))
