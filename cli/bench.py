@@ -58,6 +58,13 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def bench_rows(op: str) -> list:
+    """The benchmark rows of ``op``."""
+    from cli.bench_cases import bench_cases
+
+    return list(bench_cases(op))
+
+
 @app.command()
 def main_command(
     op: str = typer.Option("gdn", help="Op family to benchmark."),
@@ -66,8 +73,16 @@ def main_command(
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
     overhead: bool = typer.Option(False, help="Only print the host µs that dispatch adds per call."),
     replot: Optional[Path] = typer.Option(None, help="Render the table and plot of an earlier results.json."),
+    cold_start: bool = typer.Option(False, help="Only measure first-call seconds: with an empty compile "
+                                                "cache, then after `tileops-db warm`."),
 ) -> None:
     """Time ours and the peers on the op's benchmark rows; print a table, write JSON and a plot."""
+    if cold_start:
+        from cli.cold_start import measure_cold_start
+
+        for label, cold, warm in measure_cold_start(bench_rows(op)):
+            console.print(f"{label}: first call {cold:.2f} s with an empty compile cache, {warm:.3f} s after warm")
+        return
     if overhead:
         from cli.overhead import measure
 
@@ -77,10 +92,9 @@ def main_command(
     if replot is not None:
         rows = json.loads(replot.read_text())
     else:
-        from cli.bench_cases import bench_cases
         from cli.bench_run import bench
 
-        rows = bench(list(bench_cases(op)), peers_path)
+        rows = bench(bench_rows(op), peers_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     console.print(render(rows))

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On an H200, from the project root: tune GDN into a fresh database, export the sm90 snapshot,
+# run the GPU tests (agreement of tuned and default configs included), then benchmark against
+# the peers and measure cold start. Everything lands in $OUT (default ./h200-out).
+#   bash bench/h200.sh [tune|test|bench|all] [trials]
+set -uo pipefail
+OUT=${OUT:-h200-out}
+STEP=${1:-all}
+TRIALS=${2:-6}
+mkdir -p "$OUT"
+export TILEOPS_DB=$PWD/$OUT/tuning.db
+if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
+    timeout 420 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
+    python3 -m cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
+fi
+if [ "$STEP" = test ] || [ "$STEP" = all ]; then
+    timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu-tests.log"
+fi
+if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
+    unset TILEOPS_DB
+    timeout 400 python3 -m cli.bench --op gdn --out "$OUT" 2>&1 | tee "$OUT/bench.log"
+    timeout 200 python3 -m cli.bench --op gdn --cold-start 2>&1 | tee -a "$OUT/bench.log"
+    python3 -m cli.bench --overhead 2>&1 | tee -a "$OUT/bench.log"
+fi

@@ -1,0 +1,68 @@
+"""Cold start: the first GDNFwdOp call of a fresh process, after `tileops-db warm` filled the
+compile cache, and the compile time of a call whose kernel is in no cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+_FIRST_CALL = r"""
+import json, time, torch
+from tuner.cases import Case, make_inputs, make_op
+case = Case.from_json({case!r})
+args = make_inputs(case, seed=0)
+op = make_op(case)
+torch.cuda.synchronize()
+start = time.perf_counter()
+op(*args)
+torch.cuda.synchronize()
+print(json.dumps({{"first_call_s": time.perf_counter() - start}}))
+"""
+
+
+def first_call_seconds(case_json: str, env: dict | None = None) -> float:
+    """Seconds of the first op call in a fresh Python process (imports excluded)."""
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CALL.format(case=case_json)], capture_output=True,
+                          text=True, env=env, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"first call failed: {proc.stderr[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["first_call_s"]
+
+
+def measure_cold_start(cases: list) -> list[tuple[str, float, float]]:
+    """(label, cold s, warm s) per case: each in a fresh process over its own compile cache, first
+    empty, then after `tileops-db warm` compiled the case's config into it."""
+    from db.schemas import WinnerRecord
+    from dispatch.key import key_for
+    from tileops.kernels.registry import get_kernel
+    from tuner.cases import make_inputs, make_op
+
+    rows = []
+    for case in cases:
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as folder:
+            env = dict(os.environ, TILELANG_CACHE_DIR=cache, TILEOPS_DB=os.path.join(folder, "tuning.db"))
+            cold = first_call_seconds(case.to_json(), env)
+            spec, _ = make_op(case.smallest()).describe(*make_inputs(case.smallest(), seed=0))
+            from dispatch.router import route
+
+            chosen = route("GDNFwdOp", None, spec)
+            key = key_for(chosen.kernel.name, spec)
+            record = WinnerRecord(**{f: getattr(key, f) for f in key.__dataclass_fields__},
+                                  config=chosen.selection.config.model_dump(), time_ms=1.0,
+                                  source_hash=get_kernel(chosen.kernel.name).source_hash, call=case.to_json())
+            _warm_in_fresh_process(record, env)
+            rows.append((case.label, cold, first_call_seconds(case.to_json(), env)))
+    return rows
+
+
+def _warm_in_fresh_process(record, env: dict) -> None:
+    """Store the record and run `tileops-db warm` against that database and cache."""
+    from db.store import TuningStore
+
+    with TuningStore(env["TILEOPS_DB"]) as store:
+        store.put_winner(record)
+    subprocess.run([sys.executable, "-m", "cli.db", "warm", "--db", env["TILEOPS_DB"]], env=env, check=True,
+                   capture_output=True, timeout=900)
