@@ -19,11 +19,13 @@ class _GatedDeltaOp(Op):
     family = ""
     gate_layout: tuple[str, ...] = ()
     dt_bias_layouts: tuple[tuple[str, ...], ...] = ()
+    dt_bias_optional = False
 
     def __init__(self, scale: Optional[float] = None, use_qk_l2norm_in_kernel: bool = False,
                  use_beta_sigmoid_in_kernel: bool = False, allow_neg_eigval: bool = False,
                  state_v_first: bool = False, use_gate_in_kernel: bool = False, *,
                  target: Target = None) -> None:
+        """Fix recurrence semantics; tensor metadata comes from each call."""
         super().__init__(target=target)
         if scale is not None:
             positive_scale("scale", scale, 1)
@@ -39,6 +41,14 @@ class _GatedDeltaOp(Op):
 
     def _extra_flags(self) -> dict:
         return {}
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                beta: torch.Tensor, initial_state: Optional[torch.Tensor] = None,
+                cu_seqlens: Optional[torch.Tensor] = None, cu_seqlens_cpu: Optional[torch.Tensor] = None,
+                A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run prefill or decode and return (o, final_state)."""
+        return super().forward(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)
 
     def describe(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                  beta: torch.Tensor, initial_state: Optional[torch.Tensor] = None,
@@ -80,8 +90,6 @@ class _GatedDeltaOp(Op):
                 return
         shapes.tensor("dt_bias", dt_bias, self.dt_bias_layouts[0], params)
 
-    dt_bias_optional = False
-
 
 class GDNFwdOp(_GatedDeltaOp):
     """Gated DeltaNet (GDN): inference forward for the gated delta rule.
@@ -99,22 +107,6 @@ class GDNFwdOp(_GatedDeltaOp):
     family = "gdn"
     gate_layout = ("B", "T", "HV")
     dt_bias_layouts = (("HV",),)
-
-    def __init__(self, scale: Optional[float] = None, use_qk_l2norm_in_kernel: bool = False,
-                 use_beta_sigmoid_in_kernel: bool = False, allow_neg_eigval: bool = False,
-                 state_v_first: bool = False, use_gate_in_kernel: bool = False, *,
-                 target: Target = None) -> None:
-        """Fix recurrence semantics; tensor metadata comes from each call."""
-        super().__init__(scale, use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                         state_v_first, use_gate_in_kernel, target=target)
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                beta: torch.Tensor, initial_state: Optional[torch.Tensor] = None,
-                cu_seqlens: Optional[torch.Tensor] = None, cu_seqlens_cpu: Optional[torch.Tensor] = None,
-                A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run prefill or decode and return (o, final_state)."""
-        return super().forward(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)
 
 
 class KDAFwdOp(_GatedDeltaOp):
@@ -151,11 +143,3 @@ class KDAFwdOp(_GatedDeltaOp):
         if isinstance(dt_bias, torch.Tensor) and dt_bias.dim() == 1 and "HV" in shapes.sizes:
             shapes.bind("HV*K", shapes.sizes["HV"] * shapes.sizes["K"], "v and q (HV * K)")
         super()._check_gate_params(shapes, A_log, dt_bias, params)
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                beta: torch.Tensor, initial_state: Optional[torch.Tensor] = None,
-                cu_seqlens: Optional[torch.Tensor] = None, cu_seqlens_cpu: Optional[torch.Tensor] = None,
-                A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run prefill or decode and return (o, final_state)."""
-        return super().forward(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)
