@@ -43,6 +43,8 @@ def tune(
                                                 "or ~/.cache/tileops/tuning.db)."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL shared by workers (default: beside "
                                                      "the tuning database)."),
+    compile_only: bool = typer.Option(False, help="Only compile the candidates this run would measure for "
+                                                  "--arch into the compile cache (needs nvcc, not the GPU)."),
 ) -> None:
     """Run the studies and print the winners."""
     from tuner.run import OPS, summary_rows, tune as run_tuning
@@ -58,10 +60,16 @@ def tune(
             return lambda: progress.advance(task)
 
         try:
-            results = run_tuning(ops, arch, shapes, width, dtype, trials, timeout, db, storage, on_key)
+            results = run_tuning(ops, arch, shapes, width, dtype, trials, timeout, db, storage, on_key, compile_only)
         except ValueError as err:
             console.print(f"[red]error:[/red] {err}")
             raise typer.Exit(2)
+    if compile_only:
+        import tilelang
+
+        built = sum(1 for r in results if r.verdict is not None)
+        console.print(f"compiled the candidates of {built} keys for {arch} into {tilelang.env.TILELANG_CACHE_DIR}")
+        return
     console.print(render_summary(summary_rows(results)))
 
 

@@ -70,7 +70,7 @@ def make_op(case: Case, target: Optional[str] = None) -> Any:
 
 def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> tuple:
     """Fresh random forward arguments for ``case`` (never zeros): keys normalised, decays
-    negative and moderate, betas in (0, 1), a random initial state."""
+    negative and moderate, betas in (0, 1), a random fp32 initial state."""
     gen = torch.Generator().manual_seed(seed)
     dtype = dtype or DTYPES[case.dtype]
     flags = dict(case.flags)
@@ -105,8 +105,9 @@ def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> t
         dt_bias = randn(hv * (d if case.op == "kda" else 1)).div(4) if flags.get("use_gate_in_kernel") else None
         extras += [a_log, dt_bias]
     device = torch.device(case.device)
-    cast = [x.to(device=device, dtype=dtype) for x in args]
     fp = torch.float64 if dtype == torch.float64 else torch.float32
+    tokens = 3  # q, k, v in the call's dtype; gates and betas in fp32, as models compute them
+    cast = [x.to(device=device, dtype=dtype if i < tokens else fp) for i, x in enumerate(args)]
     out = [extras[0].to(device=device, dtype=fp), None if cu is None else cu.to(device), extras[2]]
     out += [None if x is None else x.to(device=device, dtype=fp) for x in extras[3:]]
     return tuple(cast + out)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import platform
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -15,6 +17,7 @@ from db.store import TuningStore
 from tileops.device import current_arch, current_device_name
 from tuner.cases import Case
 from tuner.plan import plan
+from tuner.precompile import CompileOnlyWorker
 from tuner.presets import cases_for
 from tuner.study import KeyStudy, KeyTask, open_storage
 from tuner.winner import Verdict, choose_winner
@@ -69,21 +72,45 @@ def winner_record(task: KeyTask, verdict: Verdict, source_hash: str) -> WinnerRe
 
 def tune(ops: list[str], arch: Optional[str], shapes: list[str], dim: Optional[int], dtype: Optional[str],
          trials: int, timeout_s: float, db: Optional[str], storage: Optional[str],
-         on_key: Callable[[str, int], Callable[[], None]]) -> list[KeyResult]:
-    """Tune every case of ``ops``; ``on_key(label, total)`` returns a per-trial progress callback."""
+         on_key: Callable[[str, int], Callable[[], None]], compile_only: bool = False) -> list[KeyResult]:
+    """Tune every case of ``ops``; ``on_key(label, total)`` returns a per-trial progress callback.
+
+    ``compile_only`` builds the candidates the same run would measure, for ``arch``, into the
+    compile cache (no GPU needed, nothing kept in ``db``): `tileops-tune --compile-only`.
+    """
+    if compile_only:
+        if not arch or arch == "cpu":
+            raise ValueError("--compile-only needs a GPU architecture to compile for, e.g. --arch sm90")
+        return _compile_only(ops, arch, shapes, dim, dtype, trials, on_key)
     arch = check_arch(arch)
-    device = "cpu" if arch == "cpu" else "cuda"
     store = TuningStore(db)
     storage = open_storage(storage or store.default_optuna_storage())
-    run_id = store.start_run(RunRecord(arch=arch, device_name=current_device_name(), op_filter=",".join(ops),
+    return _run(ops, arch, current_device_name(), shapes, dim, dtype, trials, store, storage,
+                CandidateWorker(timeout_s), on_key)
+
+
+def _compile_only(ops, arch, shapes, dim, dtype, trials, on_key) -> list[KeyResult]:
+    with tempfile.TemporaryDirectory() as folder:
+        store = TuningStore(str(Path(folder) / "scratch.db"))
+        try:
+            return _run(ops, arch, "compile-only", shapes, dim, dtype, trials, store,
+                        open_storage(f"sqlite:///{Path(folder) / 'scratch.optuna.db'}"), CompileOnlyWorker(arch),
+                        on_key)
+        finally:
+            store.close()
+
+
+def _run(ops, arch, device_name, shapes, dim, dtype, trials, store, storage, worker, on_key) -> list[KeyResult]:
+    device = "cpu" if arch == "cpu" else "cuda"
+    run_id = store.start_run(RunRecord(arch=arch, device_name=device_name, op_filter=",".join(ops),
                                        host=platform.node() or "unknown", versions=versions()))
-    worker = CandidateWorker(timeout_s)
     results: list[KeyResult] = []
     status = "failed"
     try:
         for op in ops:
             for case in cases_for(op, arch, shapes, dim, dtype):
-                results.append(_tune_case(case.on(device), arch, store, worker, storage, run_id, trials, on_key))
+                results.append(_tune_case(case.on(device), arch, device_name, store, worker, storage, run_id,
+                                          trials, on_key))
         status = "ok"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -94,9 +121,10 @@ def tune(ops: list[str], arch: Optional[str], shapes: list[str], dim: Optional[i
     return results
 
 
-def _tune_case(case: Case, arch: str, store: TuningStore, worker: CandidateWorker, storage: object,
-               run_id: int, trials: int, on_key: Callable[[str, int], Callable[[], None]]) -> KeyResult:
-    task, why = plan(case, arch)
+def _tune_case(case: Case, arch: str, device_name: str, store: TuningStore, worker: CandidateWorker,
+               storage: object, run_id: int, trials: int,
+               on_key: Callable[[str, int], Callable[[], None]]) -> KeyResult:
+    task, why = plan(case, arch, device_name)
     if task is None:
         return KeyResult(case, "-", None, skipped=why)
     study = KeyStudy(task, store, worker, storage, run_id)
