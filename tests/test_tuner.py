@@ -116,3 +116,22 @@ def test_winner_rule_needs_more_than_the_noise_band():
     fast = TrialRecord(**key, config={"a": 4}, status="ok", median_ms=9.0)
     tie = TrialRecord(**key, config={"a": 0}, status="ok", median_ms=9.0)
     assert choose_winner([default, close, fast, tie], default.config_json).winner.config == {"a": 0}
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="compiling for sm90 needs nvcc")
+def test_compile_only_builds_the_candidates_without_a_gpu(tmp_path):
+    from tuner.run import tune
+
+    built = []
+    [result] = tune(["gdn"], "sm90", ["B4xT1xH2xHV4"], 64, "bfloat16", 2, 60.0, None, None,
+                    lambda label, n: (lambda: built.append(label)), compile_only=True)
+    assert result.kernel == "tl.gdn_decode"
+    assert result.verdict is not None and len(built) == 2
+    assert {t.status for t in (result.verdict.winner,)} == {"ok"}
+
+
+def test_compile_only_needs_a_gpu_arch():
+    from tuner.run import tune
+
+    with pytest.raises(ValueError, match="--compile-only needs a GPU architecture"):
+        tune(["gdn"], "cpu", [], None, None, 1, 1.0, None, None, lambda label, n: (lambda: None), compile_only=True)
