@@ -1,0 +1,340 @@
+"""Device script for tl.gdn_prefill: correctness against the float64 reference, then timings.
+
+    python bench/gdn_prefill_dev.py --compile [--jobs N]   # fill TileLang's cache (works without a GPU)
+    python bench/gdn_prefill_dev.py [--only check|time]     # on the GPU: a table of errors and times
+    ncu ... python bench/gdn_prefill_dev.py --profile         # one call of the second benchmark shape
+
+Correctness: fresh random inputs per case, ‖out − ref‖ / ‖ref‖ on o and the final state against
+``tileops.reference`` in float64. Timings: the four benchmark shapes (bf16, K = V = 128) with the
+default config and a few others, median of CUDA-event timed runs, both passes together and apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tileops.callspec import CallSpec, make_flags  # noqa: E402
+from tileops.kernels.gdn.prefill import GDNPrefillConfig, default  # noqa: E402
+
+SMS = 132
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One call shape: equal lengths (batch × seq_len) or packed ``lens``."""
+
+    name: str
+    dtype: torch.dtype
+    heads: int
+    value_heads: int
+    dim: int
+    batch: int = 1
+    seq_len: int = 0
+    lens: tuple[int, ...] = ()
+    l2norm: bool = False
+    gate: bool = False
+    sigmoid: bool = False
+    neg_eigval: bool = False
+    v_first: bool = False
+    init: bool = False
+    config: Optional[dict] = None
+
+    @property
+    def varlen(self) -> bool:
+        return bool(self.lens)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lens) if self.varlen else self.seq_len
+
+    def spec(self) -> CallSpec:
+        flags = make_flags(scale=self.dim ** -0.5, use_qk_l2norm_in_kernel=self.l2norm,
+                           use_beta_sigmoid_in_kernel=self.sigmoid, allow_neg_eigval=self.neg_eigval,
+                           state_v_first=self.v_first, use_gate_in_kernel=self.gate)
+        return CallSpec(op="gdn", entry="GDNFwdOp", mode="varlen" if self.varlen else "prefill",
+                        dtype=self.dtype, device=torch.device("cuda"), arch="sm90", device_name="NVIDIA H200",
+                        batch=len(self.lens) if self.varlen else self.batch, tokens=self.tokens,
+                        heads=self.heads, value_heads=self.value_heads, dim_k=self.dim, dim_v=self.dim,
+                        flags=flags)
+
+    def cfg(self) -> GDNPrefillConfig:
+        spec = self.spec()
+        return GDNPrefillConfig(**self.config) if self.config else default(spec)
+
+
+def mixed_lengths(total: int, count: int, seed: int) -> tuple[int, ...]:
+    """``count`` lengths summing to ``total``, spread over two orders of magnitude."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.exp(torch.rand(count, generator=gen) * math.log(100.0))
+    lens = (w / w.sum() * total).floor().long()
+    lens[0] += total - int(lens.sum())
+    return tuple(int(x) for x in lens)
+
+
+def short_lengths(count: int, seed: int) -> tuple[int, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(int(x) for x in torch.randint(0, 90, (count,), generator=gen))
+
+
+BF, FP = torch.bfloat16, torch.float16
+CHECKS = [
+    Case("bf16 H16/32 K128 B2x200 init", BF, 16, 32, 128, batch=2, seq_len=200, init=True),
+    Case("bf16 H16/32 K128 B8x130", BF, 16, 32, 128, batch=8, seq_len=130),
+    Case("bf16 H16/16 K128 B4x64 init", BF, 16, 16, 128, batch=4, seq_len=64, init=True),
+    Case("bf16 H16/32 K128 varlen 1000 short", BF, 16, 32, 128, lens=short_lengths(1000, 1), init=True),
+    Case("bf16 H16/32 K128 varlen mixed", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2)),
+    Case("fp16 H2/4 K64 B3x300 l2+gate+sig", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True, gate=True,
+         sigmoid=True, init=True),
+    Case("bf16 H2/4 K64 varlen 1000 l2+sig+neg vfirst", BF, 2, 4, 64, lens=short_lengths(1000, 3), l2norm=True,
+         sigmoid=True, neg_eigval=True, v_first=True, init=True),
+    Case("bf16 H2/2 K128 varlen long vfirst", BF, 2, 2, 128, lens=(3001,), v_first=True, init=True),
+    Case("bf16 H16/32 K128 B2x200 bv128 s1", BF, 16, 32, 128, batch=2, seq_len=200, init=True,
+         config=dict(block_v=128, num_stages=1)),
+]
+
+BENCH = [
+    Case("B1 T32768 HV32", BF, 16, 32, 128, batch=1, seq_len=32768),
+    Case("B8 T4096 HV32", BF, 16, 32, 128, batch=8, seq_len=4096),
+    Case("B4 T8192 HV16", BF, 16, 16, 128, batch=4, seq_len=8192),
+    Case("varlen16 T32768 HV32", BF, 16, 32, 128, lens=mixed_lengths(32768, 16, 7)),
+]
+# Besides the default (the widest V tile that fills the GPU): narrower or deeper alternatives.
+BENCH_CONFIGS = {
+    "B1 T32768 HV32": [dict(block_v=16, threads=128, min_blocks=2), dict(block_v=64)],
+    "B8 T4096 HV32": [dict(block_v=128, num_stages=1), dict(block_v=64)],
+    "B4 T8192 HV16": [dict(block_v=64, threads=128), dict(block_v=32)],
+    "varlen16 T32768 HV32": [dict(block_v=64)],
+}
+PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
+            "varlen16 T32768 HV32": (2.31, 0.42)}
+
+
+def bench_cases() -> list[Case]:
+    out = []
+    for case in BENCH:
+        out += [dataclasses.replace(case, config=cfg) for cfg in [None] + BENCH_CONFIGS[case.name]]
+    return out
+
+
+# --- compiling ----------------------------------------------------------------------------------
+
+def _compile_one(job: tuple) -> str:
+    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
+
+    kind, case = job
+    spec, cfg = case.spec(), case.cfg()
+    if kind == "chain":
+        compile_chain(cfg, spec)
+    else:
+        compile_prep(cfg, spec, (case.dtype, case.dtype, torch.float32, torch.float32))
+    return f"{kind} {case.name} {cfg.to_json()}"
+
+
+def compile_all(jobs: int) -> None:
+    todo, seen = [], set()
+    for case in CHECKS + bench_cases():
+        spec, cfg = case.spec(), case.cfg()
+        for kind, key in (("chain", (cfg.to_json(), spec.program_facts)),
+                          ("prep", (cfg.chunk_size, spec.program_facts))):
+            if (kind, key) not in seen:
+                seen.add((kind, key))
+                todo.append((kind, case))
+    print(f"compiling {len(todo)} programs with {jobs} workers", flush=True)
+    with ProcessPoolExecutor(jobs) as pool:
+        for line in pool.map(_compile_one, todo):
+            print("  compiled", line, flush=True)
+
+
+# --- inputs and reference -----------------------------------------------------------------------
+
+def make_inputs(case: Case, gen: torch.Generator) -> dict:
+    dev = "cuda"
+    B = 1 if case.varlen else case.batch
+    T, H, HV, D = case.tokens, case.heads, case.value_heads, case.dim
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32)
+
+    q, k = randn(B, T, H, D), randn(B, T, H, D)
+    if not case.l2norm:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    v = randn(B, T, HV, D)
+    if case.gate:
+        g = randn(B, T, HV)
+        a_log = torch.rand(HV, generator=gen, device=dev) * 1.5 - 2.0
+        dt_bias = 0.5 * randn(HV)
+    else:
+        g = F.logsigmoid(randn(B, T, HV) + 2.0) * 0.5
+        a_log = dt_bias = None
+    beta = randn(B, T, HV) if case.sigmoid else torch.rand(B, T, HV, generator=gen, device=dev) * 0.8 + 0.1
+    n = len(case.lens) if case.varlen else B
+    h0 = randn(n, HV, D, D) * 0.1 if case.init else None
+    cu = None
+    if case.varlen:
+        cu = torch.tensor([0] + list(torch.tensor(case.lens).cumsum(0)), dtype=torch.int32, device=dev)
+    dt = case.dtype
+    return dict(q=q.to(dt), k=k.to(dt), v=v.to(dt), g=g.to(dt), beta=beta.to(dt), initial_state=h0,
+                cu_seqlens=cu, cu_seqlens_cpu=None if cu is None else cu.cpu(), A_log=a_log, dt_bias=dt_bias)
+
+
+def reference(case: Case, x: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    from tileops.reference import beta_transform, gdn_gate, l2norm, recurrent_delta_rule
+
+    f64 = torch.float64
+    q, k, v = (x[n].to(f64) for n in ("q", "k", "v"))
+    if case.l2norm:
+        q, k = l2norm(q), l2norm(k)
+    beta = beta_transform(x["beta"].to(f64), sigmoid=case.sigmoid, neg_eigval=case.neg_eigval)
+    g = gdn_gate(x["g"].to(f64), x["A_log"].to(f64), x["dt_bias"].to(f64)) if case.gate else x["g"].to(f64)
+    h0 = x["initial_state"]
+    if h0 is not None:
+        h0 = (h0.mT if case.v_first else h0).to(f64)
+    o, ht = recurrent_delta_rule(q, k, v, beta, g, scale=case.dim ** -0.5, initial_state=h0,
+                                 cu_seqlens=x["cu_seqlens"])
+    return o, (ht.mT if case.v_first else ht)
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return float("nan")
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def args_of(x: dict) -> tuple:
+    return (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"],
+            x["cu_seqlens_cpu"], x["A_log"], x["dt_bias"])
+
+
+def run_checks() -> list[str]:
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    rows = ["case | config | o rel | state rel | o rel (2nd length)"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for case in CHECKS:
+        try:
+            launcher = PrefillLauncher(case.cfg(), case.spec())
+            errs = []
+            for attempt in range(2):
+                # A second, different length through the same compiled kernels.
+                c = case if attempt == 0 else dataclasses.replace(
+                    case, seq_len=case.seq_len + 37, lens=case.lens[: max(1, len(case.lens) // 2)])
+                x = make_inputs(c, gen)
+                torch.cuda.synchronize()
+                o, ht = launcher(*args_of(x))
+                torch.cuda.synchronize()
+                ro, rh = reference(c, x)
+                errs.append((rel(o, ro), rel(ht, rh)))
+            rows.append(f"{case.name} | {case.cfg().to_json()} | {errs[0][0]:.2e} | {errs[0][1]:.2e} | {errs[1][0]:.2e}")
+        except Exception as err:  # report and go on to the next case
+            rows.append(f"{case.name} | FAILED {type(err).__name__}: {str(err).splitlines()[-1][:200]}")
+        print(rows[-1], flush=True)
+    return rows
+
+
+# --- timing -------------------------------------------------------------------------------------
+
+def median_ms(fn, reps: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[len(times) // 2]
+
+
+def run_bench() -> list[str]:
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    rows = ["shape | config | ms total | prep | chain | FLA / TileOPs ms"]
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for case in bench_cases():
+        try:
+            launcher = PrefillLauncher(case.cfg(), case.spec())
+            x = make_inputs(case, gen)
+            args = args_of(x)
+            total = median_ms(lambda: launcher(*args))
+            prep_ms, chain_ms = time_passes(launcher, case, x)
+            peers = PEERS_MS[case.name]
+            rows.append(f"{case.name} | {case.cfg().to_json()} | {total:.3f} | {prep_ms:.3f} | {chain_ms:.3f} | "
+                        f"{peers[0]} / {peers[1]}")
+        except Exception as err:
+            rows.append(f"{case.name} | FAILED {type(err).__name__}: {str(err).splitlines()[-1][:200]}")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def time_passes(launcher, case: Case, x: dict) -> tuple[float, float]:
+    """Each pass alone, on the buffers one full call would use."""
+    q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    tokens = B * T
+    tp = torch.empty(HV, tokens, 64, dtype=q.dtype, device="cuda")
+    gam = torch.empty(HV, tokens, dtype=torch.float32, device="cuda")
+    o = torch.empty(tokens, HV, K, dtype=q.dtype, device="cuda")
+    n = len(case.lens) if case.varlen else B
+    ht = torch.empty(n, HV, K, K, dtype=torch.float32, device="cuda")
+    fk, fq, fv = k.reshape(tokens, H, K), q.reshape(tokens, H, K), v.reshape(tokens, HV, K)
+    fg, fb = g.reshape(tokens, HV), beta.reshape(tokens, HV)
+    prep = launcher.prep_for(g, beta, launcher.no_gate, launcher.no_gate)
+    if case.varlen:
+        cu = x["cu_seqlens"]
+        p = median_ms(lambda: prep(fk, fg, fb, launcher.no_gate, launcher.no_gate, cu, tp, gam))
+        c = median_ms(lambda: launcher.chain(fq, fk, fv, tp, gam, ht, cu, o, ht, 0))
+    else:
+        p = median_ms(lambda: prep(fk, fg, fb, launcher.no_gate, launcher.no_gate, tp, gam, T))
+        c = median_ms(lambda: launcher.chain(fq, fk, fv, tp, gam, ht, o, ht, T, 0))
+    return p, c
+
+
+def profile_once() -> None:
+    """One call of the B8 benchmark shape with its default config, for a profiler to catch."""
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    case = BENCH[1]
+    launcher = PrefillLauncher(case.cfg(), case.spec())
+    args = args_of(make_inputs(case, torch.Generator(device="cuda").manual_seed(2)))
+    launcher(*args)
+    torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
+    parser.add_argument("--only", choices=("check", "time"))
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.compile:
+        compile_all(args.jobs)
+        return
+    if args.profile:
+        profile_once()
+        return
+    rows = []
+    if args.only != "time":
+        rows += run_checks()
+    if args.only != "check":
+        rows += run_bench()
+    print("\n".join(["", "=" * 20] + rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""tl.gdn_prefill without a GPU: registration, refusals, config constraints, and compiling for sm_90a."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, refuse
+from tileops.kernels.registry import get_kernel
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is needed to compile for sm_90a")
+
+
+def spec(mode: str = "prefill", dtype: torch.dtype = torch.bfloat16, heads: int = 16, value_heads: int = 32,
+         dim: int = 128, batch: int = 2, device: str = "cuda", arch: str = "sm90", **flags) -> CallSpec:
+    flags.setdefault("scale", dim ** -0.5)
+    return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=torch.device(device), arch=arch,
+                    device_name="NVIDIA H200", batch=batch, tokens=4096, heads=heads, value_heads=value_heads,
+                    dim_k=dim, dim_v=dim, flags=make_flags(**flags))
+
+
+def test_registered_with_its_modules():
+    kernel = get_kernel("tl.gdn_prefill")
+    assert kernel.family == "gdn" and kernel.archs == frozenset({"sm90"})
+    assert kernel.config_model is GDNPrefillConfig
+    assert len(kernel.source_hash) == 16
+
+
+@pytest.mark.parametrize("call, words", [
+    (spec(device="cpu", arch="cpu"), "CUDA"),
+    (spec(arch="sm80"), "sm90"),
+    (spec(mode="decode"), "decode"),
+    (spec(dtype=torch.float32), "float16 or bfloat16"),
+    (spec(dim=96), "64- or 128-wide"),
+    (spec(heads=3, value_heads=4), "multiple of H"),
+])
+def test_refuses_in_words(call, words):
+    assert words in refuse(call)
+
+
+def test_serves_prefill_and_varlen():
+    assert refuse(spec()) is None
+    assert refuse(spec(mode="varlen", dtype=torch.float16, dim=64)) is None
+
+
+def test_default_is_valid_and_splits_v_when_few_sequences():
+    kernel = get_kernel("tl.gdn_prefill")
+    few, many = spec(batch=1), spec(batch=16)
+    assert default(few).block_v < default(many).block_v
+    for call in (few, many, spec(dim=64, heads=2, value_heads=4)):
+        kernel.validate_config(default(call), call)
+
+
+@pytest.mark.parametrize("config, dim, words", [
+    (dict(block_v=128), 64, "does not divide"),
+    (dict(block_v=128, threads=128), 128, "state cells"),
+])
+def test_config_constraints(config, dim, words):
+    kernel = get_kernel("tl.gdn_prefill")
+    with pytest.raises(ValueError, match=words):
+        kernel.validate_config(config, spec(dim=dim))
+
+
+def compile_both(call: CallSpec, config: GDNPrefillConfig, params: tuple):
+    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
+
+    return compile_prep(config, call, params), compile_chain(config, call)
+
+
+@needs_nvcc
+def test_default_config_compiles_once_for_any_length():
+    call = spec()
+    params = (torch.bfloat16, torch.bfloat16, torch.float32, torch.float32)
+    prep, chain = compile_both(call, default(call), params)
+    source = chain.get_kernel_source()
+    assert "wgmma" in source
+    # Lengths and counts are kernel arguments, not constants baked into the program.
+    assert "int seq_len" in source and "int tokens" in source
+    assert "int tokens" in prep.get_kernel_source()
+    # A second build of the same program is TileLang's cached kernel, not a new compile.
+    again = compile_both(call, default(call), params)
+    assert again[0] is prep and again[1] is chain
+
+
+@needs_nvcc
+def test_varlen_with_every_transform_compiles():
+    call = spec(mode="varlen", dtype=torch.float16, heads=2, value_heads=4, dim=64, batch=1000,
+                use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
+                state_v_first=True, use_gate_in_kernel=True)
+    config = GDNPrefillConfig(block_v=32, threads=128)
+    prep, chain = compile_both(call, config, (torch.float32, torch.float16, torch.float32, torch.float16))
+    assert "cu_seqlens" in prep.get_kernel_source() and "cu_seqlens" in chain.get_kernel_source()
+    assert "int nseq" in chain.get_kernel_source()

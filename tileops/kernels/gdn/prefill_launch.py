@@ -1,0 +1,113 @@
+"""Compiling and launching the two GDN prefill passes.
+
+The programs are specialised on the config, dtype, heads, widths and flags; token count, batch
+and sequence count are run-time values, so a new length reuses the compiled kernels. The
+launcher only allocates outputs and launches: no host sync, no per-call table building, so it
+can be captured in a CUDA graph. The first pass is compiled per dtype of (g, beta, A_log,
+dt_bias): (call dtype, call dtype, fp32, fp32) eagerly, any other combination on first sight.
+"""
+
+from __future__ import annotations
+
+import torch
+import tilelang
+
+from tileops.callspec import CallSpec
+from tileops.kernels.gdn.chunk_chain import chain_program
+from tileops.kernels.gdn.chunk_prep import prep_program
+from tileops.kernels.gdn.prefill import GDNPrefillConfig
+
+# The software pipeline of the chain keeps its loads in the compute warps: the automatic
+# producer/consumer split mishandles the state tile set up before the loop.
+PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
+PREP_THREADS = 128
+
+_TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def tl_target(arch: str) -> dict:
+    """TileLang's target for an arch tag: sm90 builds sm_90a (wgmma needs the 'a' variant)."""
+    return {"kind": "cuda", "arch": f"sm_{arch[2:]}{'a' if arch == 'sm90' else ''}"}
+
+
+def compile_prep(config: GDNPrefillConfig, spec: CallSpec, param_dtypes: tuple[torch.dtype, ...]):
+    """The first pass for ``spec``, reading g, beta, A_log and dt_bias in ``param_dtypes``."""
+    g_dtype, beta_dtype, a_log_dtype, dt_bias_dtype = (_TL_DTYPES[d] for d in param_dtypes)
+    program = prep_program(
+        heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
+        dtype=_TL_DTYPES[spec.dtype], g_dtype=g_dtype, beta_dtype=beta_dtype, a_log_dtype=a_log_dtype,
+        dt_bias_dtype=dt_bias_dtype,
+        varlen=spec.mode == "varlen", l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
+        gate_in_kernel=bool(spec.flag("use_gate_in_kernel", False)),
+        beta_sigmoid=bool(spec.flag("use_beta_sigmoid_in_kernel", False)),
+        neg_eigval=bool(spec.flag("allow_neg_eigval", False)), threads=PREP_THREADS)
+    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
+
+
+def compile_chain(config: GDNPrefillConfig, spec: CallSpec):
+    """The state pass for ``spec``."""
+    scale = spec.flag("scale")
+    program = chain_program(
+        heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+        chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
+        varlen=spec.mode == "varlen", l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
+        scale=float(spec.dim_k ** -0.5 if scale is None else scale),
+        state_v_first=bool(spec.flag("state_v_first", False)),
+        threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks)
+    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
+
+
+class PrefillLauncher:
+    """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``."""
+
+    def __init__(self, config: GDNPrefillConfig, spec: CallSpec):
+        self.config = config
+        self.spec = spec
+        self.varlen = spec.mode == "varlen"
+        self.value_first = bool(spec.flag("state_v_first", False))
+        self.chain = compile_chain(config, spec)
+        usual = (spec.dtype, spec.dtype, torch.float32, torch.float32)
+        self.preps = {usual: compile_prep(config, spec, usual)}
+        # A_log and dt_bias are read only with use_gate_in_kernel; otherwise these stand in.
+        self.no_gate = torch.zeros(spec.value_heads, dtype=torch.float32, device=spec.device)
+
+    def prep_for(self, *params: torch.Tensor):
+        """The first pass compiled for the dtypes of (g, beta, A_log, dt_bias)."""
+        key = tuple(p.dtype for p in params)
+        if key not in self.preps:
+            self.preps[key] = compile_prep(self.config, self.spec, key)
+        return self.preps[key]
+
+    def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
+                 A_log=None, dt_bias=None):
+        B, T, H, K = q.shape
+        HV, V = v.shape[2], v.shape[3]
+        C = self.config.chunk_size
+        tokens = B * T
+        flat_q = q.reshape(tokens, H, K)
+        flat_k = k.reshape(tokens, H, K)
+        flat_v = v.reshape(tokens, HV, V)
+        flat_g = g.reshape(tokens, HV)
+        flat_beta = beta.reshape(tokens, HV)
+        a_log = self.no_gate if A_log is None else A_log
+        bias = self.no_gate if dt_bias is None else dt_bias
+
+        tp = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
+        gam = torch.empty(HV, tokens, dtype=torch.float32, device=q.device)
+        o = torch.empty(B, T, HV, V, dtype=q.dtype, device=q.device)
+        n = cu_seqlens.shape[0] - 1 if self.varlen else B
+        state_shape = (n, HV, V, K) if self.value_first else (n, HV, K, V)
+        final = torch.empty(state_shape, dtype=torch.float32, device=q.device)
+        h0 = final if initial_state is None else initial_state
+        has_init = 0 if initial_state is None else 1
+        flat_o = o.view(tokens, HV, V)
+
+        prep = self.prep_for(g, beta, a_log, bias)
+        if self.varlen:
+            bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
+            prep(flat_k, flat_g, flat_beta, a_log, bias, bounds, tp, gam)
+            self.chain(flat_q, flat_k, flat_v, tp, gam, h0, bounds, flat_o, final, has_init)
+        else:
+            prep(flat_k, flat_g, flat_beta, a_log, bias, tp, gam, T)
+            self.chain(flat_q, flat_k, flat_v, tp, gam, h0, flat_o, final, T, has_init)
+        return o, final
