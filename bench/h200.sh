@@ -10,16 +10,16 @@ TRIALS=${2:-6}
 mkdir -p "$OUT"
 export TILEOPS_DB=$PWD/$OUT/tuning.db
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
-    timeout 420 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
+    timeout 330 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
     python3 -m cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
 fi
 if [ "$STEP" = test ] || [ "$STEP" = all ]; then
-    timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_gdn_*gpu.py tests/test_gdn_op_gpu.py \
+    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/test_gdn_*gpu.py tests/test_gdn_op_gpu.py \
         tests/test_tuned_default_agree.py -k "not freshly_tuned" 2>&1 | tee "$OUT/gpu-tests.log"
 fi
 if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
-    timeout 400 python3 -m cli.bench --op gdn --out "$OUT" 2>&1 | tee "$OUT/bench.log"
-    timeout 200 python3 -m cli.bench --op gdn --cold-start 2>&1 | tee -a "$OUT/bench.log"
+    timeout 420 python3 -m cli.bench --op gdn --out "$OUT" 2>&1 | tee "$OUT/bench.log"
+    timeout 150 python3 -m cli.bench --op gdn --cold-start 2>&1 | tee -a "$OUT/bench.log"
     python3 -m cli.bench --overhead 2>&1 | tee -a "$OUT/bench.log"
 fi
