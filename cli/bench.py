@@ -80,7 +80,9 @@ def main_command(
     if cold_start:
         from cli.cold_start import measure_cold_start
 
-        for label, cold, warm in measure_cold_start(bench_rows(op)):
+        rows = bench_rows(op)
+        firsts = [next(c for c in rows if c.tokens > 1), next(c for c in rows if c.tokens == 1)]
+        for label, cold, warm in measure_cold_start(firsts):
             console.print(f"{label}: first call {cold:.2f} s with an empty compile cache, {warm:.3f} s after warm")
         return
     if overhead:
