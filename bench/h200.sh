@@ -8,7 +8,8 @@ OUT=${OUT:-h200-out}
 STEP=${1:-all}
 TRIALS=${2:-6}
 mkdir -p "$OUT"
-export TILEOPS_DB=$PWD/$OUT/tuning.db
+OUT=$(cd "$OUT" && pwd)
+export TILEOPS_DB=$OUT/tuning.db
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     timeout 330 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
     python3 -m cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
