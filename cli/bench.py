@@ -73,6 +73,7 @@ def main_command(
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
     overhead: bool = typer.Option(False, help="Only print the host µs that dispatch adds per call."),
     replot: Optional[Path] = typer.Option(None, help="Render the table and plot of an earlier results.json."),
+    peer_timeout: float = typer.Option(900.0, help="Seconds each peer may run (compiles included)."),
     cold_start: bool = typer.Option(False, help="Only measure first-call seconds: with an empty compile "
                                                 "cache, then after `tileops-db warm`."),
 ) -> None:
@@ -96,7 +97,7 @@ def main_command(
     else:
         from cli.bench_run import bench
 
-        rows = bench(bench_rows(op), peers_path)
+        rows = bench(bench_rows(op), peers_path, peer_timeout)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     console.print(render(rows))

@@ -36,22 +36,28 @@ def time_peer(peer: str, cases: list[Case], pythonpath: str, timeout_s: float = 
     """One peer's results per row label, run as `python3 -P peer_bench.py` from a neutral folder."""
     rows = [dict(asdict(c), label=c.label, seqlens=list(c.seqlens) if c.seqlens else None) for c in cases]
     env = dict(os.environ, PYTHONPATH=pythonpath)
-    proc = subprocess.run([sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows)],
-                          cwd="/tmp", env=env, capture_output=True, text=True, timeout=timeout_s)
+    command = [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows)]
+    try:
+        proc = subprocess.run(command, cwd="/tmp", env=env, capture_output=True, text=True, timeout=timeout_s)
+        stdout, failed = proc.stdout, proc.returncode != 0
+        stderr = proc.stderr
+    except subprocess.TimeoutExpired as err:  # keep the rows the peer finished
+        stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        failed, stderr = True, f"{peer} ran past {timeout_s:g} s"
     results = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("{"):
             row = json.loads(line)
             results[row["label"]] = row
-    if proc.returncode != 0 and not results:
-        results["_error"] = {"error": proc.stderr[-2000:]}
+    if failed and not results:
+        results["_error"] = {"error": stderr[-2000:]}
     return results
 
 
-def bench(cases: list[Case], peers_path: Optional[str]) -> list[dict]:
+def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 900) -> list[dict]:
     """Every row: our time, each peer's, the work and the floor."""
     ours = {c.label: time_ours(c) for c in cases}
-    peers = {p: time_peer(p, cases, peers_path) for p in PEERS} if peers_path else {}
+    peers = {p: time_peer(p, cases, peers_path, peer_timeout_s) for p in PEERS} if peers_path else {}
     out = []
     for c in cases:
         row = {"label": c.label, "ours_ms": ours[c.label]["ms"], "first_call_s": ours[c.label]["first_call_s"],
