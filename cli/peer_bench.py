@@ -52,6 +52,7 @@ def runner(peer: str, case: dict):
     from tileops.linear_attention import GDNFwdOp
 
     op = GDNFwdOp()
+    x["g"], x["beta"] = x["g"].to(x["q"].dtype), x["beta"].to(x["q"].dtype)  # it takes them in the token dtype
     cu_cpu = None if x["cu"] is None else x["cu"].cpu()
     return lambda: op(x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"], x["cu"], cu_cpu)
 

@@ -9,7 +9,7 @@ from tuner.cases import Case
 
 # Qwen3-Next / Qwen3.5 GDN layers: 16 query-key heads, 32 value heads, 128-wide state.
 _QWEN = dict(heads=16, value_heads=32, dim=128)
-_MIXED16 = (4096, 1024, 3072, 512, 2048, 2560, 1536, 768, 3584, 256, 2304, 1280, 4608, 2816, 1792, 3840)
+_MIXED16 = (4096, 1024, 3072, 512, 2048, 2560, 1536, 768, 3584, 256, 2304, 1280, 2048, 2816, 1792, 3072)
 
 PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
     "qwen3-next": {
