@@ -59,7 +59,7 @@ def _compiles_for_its_arch(record) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is absent: the compile check of a GPU winner needs it")
     kernel = get_kernel(record.kernel)
-    case = Case.from_json(record.call).smallest()
+    case = Case.from_json(record.call).smallest().on("cpu")
     spec, _ = make_op(case).describe(*make_inputs(case, seed=0))
     spec = replace(spec, device=torch.device("cuda", 0), arch=record.arch, device_name=record.device_name)
     assert kernel.build(kernel.validate_config(record.config, spec), spec) is not None

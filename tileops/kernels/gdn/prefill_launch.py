@@ -9,6 +9,8 @@ dt_bias): (call dtype, call dtype, fp32, fp32) eagerly, any other combination on
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import tilelang
 
@@ -68,8 +70,14 @@ class PrefillLauncher:
         self.chain = compile_chain(config, spec)
         usual = (spec.dtype, spec.dtype, torch.float32, torch.float32)
         self.preps = {usual: compile_prep(config, spec, usual)}
-        # A_log and dt_bias are read only with use_gate_in_kernel; otherwise these stand in.
-        self.no_gate = torch.zeros(spec.value_heads, dtype=torch.float32, device=spec.device)
+        self._no_gate: Optional[torch.Tensor] = None
+
+    def no_gate(self, device: torch.device) -> torch.Tensor:
+        """Zeros standing in for A_log and dt_bias, which only use_gate_in_kernel reads; made on the
+        first call, so that building allocates nothing on the device (a build may run without one)."""
+        if self._no_gate is None:
+            self._no_gate = torch.zeros(self.spec.value_heads, dtype=torch.float32, device=device)
+        return self._no_gate
 
     def prep_for(self, *params: torch.Tensor):
         """The first pass compiled for the dtypes of (g, beta, A_log, dt_bias)."""
@@ -89,8 +97,8 @@ class PrefillLauncher:
         flat_v = v.reshape(tokens, HV, V)
         flat_g = g.reshape(tokens, HV)
         flat_beta = beta.reshape(tokens, HV)
-        a_log = self.no_gate if A_log is None else A_log
-        bias = self.no_gate if dt_bias is None else dt_bias
+        a_log = self.no_gate(q.device) if A_log is None else A_log
+        bias = self.no_gate(q.device) if dt_bias is None else dt_bias
 
         tp = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
         gam = torch.empty(HV, tokens, dtype=torch.float32, device=q.device)
