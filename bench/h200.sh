@@ -20,7 +20,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
 fi
 if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
-    timeout 420 python3 -m cli.bench --op gdn --out "$OUT" 2>&1 | tee "$OUT/bench.log"
+    timeout 420 python3 -m cli.bench --op gdn --out "$OUT" --peer-timeout 170 2>&1 | tee "$OUT/bench.log"
     timeout 150 python3 -m cli.bench --op gdn --cold-start 2>&1 | tee -a "$OUT/bench.log"
     python3 -m cli.bench --overhead 2>&1 | tee -a "$OUT/bench.log"
 fi

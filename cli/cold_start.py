@@ -37,6 +37,7 @@ def measure_cold_start(cases: list) -> list[tuple[str, float, float]]:
     empty, then after `tileops-db warm` compiled the case's config into it."""
     from db.schemas import WinnerRecord
     from dispatch.key import key_for
+    from dispatch.router import route
     from tileops.kernels.registry import get_kernel
     from tuner.cases import make_inputs, make_op
 
@@ -46,8 +47,6 @@ def measure_cold_start(cases: list) -> list[tuple[str, float, float]]:
             env = dict(os.environ, TILELANG_CACHE_DIR=cache, TILEOPS_DB=os.path.join(folder, "tuning.db"))
             cold = first_call_seconds(case.to_json(), env)
             spec, _ = make_op(case.smallest()).describe(*make_inputs(case.smallest(), seed=0))
-            from dispatch.router import route
-
             chosen = route("GDNFwdOp", None, spec)
             key = key_for(chosen.kernel.name, spec)
             record = WinnerRecord(**{f: getattr(key, f) for f in key.__dataclass_fields__},
