@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict
 
 _FIRST_CALL = r"""
 import json, time, torch
@@ -49,7 +50,7 @@ def measure_cold_start(cases: list) -> list[tuple[str, float, float]]:
             spec, _ = make_op(case.smallest()).describe(*make_inputs(case.smallest(), seed=0))
             chosen = route("GDNFwdOp", None, spec)
             key = key_for(chosen.kernel.name, spec)
-            record = WinnerRecord(**{f: getattr(key, f) for f in key.__dataclass_fields__},
+            record = WinnerRecord(**asdict(key),
                                   config=chosen.selection.config.model_dump(), time_ms=1.0,
                                   source_hash=get_kernel(chosen.kernel.name).source_hash, call=case.to_json())
             _warm_in_fresh_process(record, env)

@@ -4,6 +4,7 @@ invalid rows, the in-memory cache, database faults that never break an op call, 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 import sqlite3
 import warnings
 
@@ -37,7 +38,7 @@ def winner(case=CASE, **fields) -> WinnerRecord:
     from dispatch.key import key_for
 
     key = key_for(KERNEL, spec_of(case))
-    values = {f: getattr(key, f) for f in key.__dataclass_fields__}
+    values = asdict(key)
     values.update(config={"chunk_size": 32, "solve": "substitution"}, time_ms=1.0, default_ms=2.0, speedup=2.0,
                   source_hash=get_kernel(KERNEL).source_hash, source="tuned", call=case.to_json())
     values.update(fields)

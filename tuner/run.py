@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -60,7 +60,7 @@ def check_arch(arch: Optional[str]) -> str:
 
 def winner_record(task: KeyTask, verdict: Verdict, source_hash: str) -> WinnerRecord:
     """The winners-table row of a verdict."""
-    key = {f: getattr(task.key, f) for f in task.key.__dataclass_fields__}
+    key = asdict(task.key)
     win, default = verdict.winner, verdict.default
     v = versions()
     return WinnerRecord(
@@ -128,10 +128,10 @@ def _tune_case(case: Case, arch: str, device_name: str, store: TuningStore, work
     if task is None:
         return KeyResult(case, "-", None, skipped=why)
     study = KeyStudy(task, store, worker, storage, run_id)
-    earlier = store.winners(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__})
+    earlier = store.winners(**asdict(task.key))
     study.enqueue(earlier[0].config if earlier else None)
     study.run(min(trials, study.space_size()), on_key(case.label, min(trials, study.space_size())))
-    trials = store.trials(**{f: getattr(task.key, f) for f in task.key.__dataclass_fields__},
+    trials = store.trials(**asdict(task.key),
                           source_hash=task.kernel.source_hash)
     verdict = choose_winner(trials, study.default_json)
     if verdict.winner is not None:

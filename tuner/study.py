@@ -11,7 +11,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
 import optuna
@@ -53,16 +53,12 @@ class KeyTask:
 
 def study_name(key: TuningKey) -> str:
     """A stable, readable study name per tuning key."""
-    return "|".join(str(getattr(key, f)) for f in key.__dataclass_fields__)
-
-
-def _key_fields(key: TuningKey) -> dict:
-    return {f: getattr(key, f) for f in key.__dataclass_fields__}
+    return "|".join(str(v) for v in asdict(key).values())
 
 
 def _record(task: KeyTask, config_json: str, outcome: Outcome, run_id: Optional[int]) -> TrialRecord:
     fields = {k: v for k, v in outcome.as_dict().items() if v is not None or k == "noise"}
-    return TrialRecord(**_key_fields(task.key), config=json.loads(config_json), run_id=run_id,
+    return TrialRecord(**asdict(task.key), config=json.loads(config_json), run_id=run_id,
                        source_hash=task.kernel.source_hash, **fields)
 
 
