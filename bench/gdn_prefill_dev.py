@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
 from tileops.kernels.gdn.prefill import GDNPrefillConfig, default  # noqa: E402
+from tuner.presets import _MIXED16 as PRESET_MIXED16  # noqa: E402
 
 SMS = 132
 
@@ -107,14 +108,14 @@ BENCH = [
     Case("B1 T32768 HV32", BF, 16, 32, 128, batch=1, seq_len=32768),
     Case("B8 T4096 HV32", BF, 16, 32, 128, batch=8, seq_len=4096),
     Case("B4 T8192 HV16", BF, 16, 16, 128, batch=4, seq_len=8192),
-    Case("varlen16 T32768 HV32", BF, 16, 32, 128, lens=mixed_lengths(32768, 16, 7)),
+    Case("varlen16 T32768 HV32", BF, 16, 32, 128, lens=PRESET_MIXED16),
 ]
 # Besides the default (the widest V tile that fills the GPU): narrower or deeper alternatives.
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [dict(block_v=16, threads=128, min_blocks=2), dict(block_v=64)],
-    "B8 T4096 HV32": [dict(block_v=128, num_stages=1), dict(block_v=64)],
-    "B4 T8192 HV16": [dict(block_v=64, threads=128), dict(block_v=32)],
-    "varlen16 T32768 HV32": [dict(block_v=64)],
+    "B1 T32768 HV32": [dict(block_v=32, threads=128, num_stages=1)],
+    "B8 T4096 HV32": [dict(block_v=128, num_stages=1)],
+    "B4 T8192 HV16": [dict(block_v=64, threads=128, num_stages=1)],
+    "varlen16 T32768 HV32": [dict(block_v=128, num_stages=1)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}
@@ -286,21 +287,24 @@ def time_passes(launcher, case: Case, x: dict) -> tuple[float, float]:
     B, T, H, K = q.shape
     HV = v.shape[2]
     tokens = B * T
-    tp = torch.empty(HV, tokens, 64, dtype=q.dtype, device="cuda")
-    gam = torch.empty(HV, tokens, dtype=torch.float32, device="cuda")
-    o = torch.empty(tokens, HV, K, dtype=q.dtype, device="cuda")
+    dev = q.device
+    tp = torch.empty(HV, tokens, 64, dtype=q.dtype, device=dev)
+    m = torch.empty(HV, tokens, 64, dtype=q.dtype, device=dev)
+    f = torch.empty(4, HV, tokens, dtype=torch.float32, device=dev)
+    o = torch.empty(tokens, HV, K, dtype=q.dtype, device=dev)
     n = len(case.lens) if case.varlen else B
-    ht = torch.empty(n, HV, K, K, dtype=torch.float32, device="cuda")
+    ht = torch.empty(n, HV, K, K, dtype=torch.float32, device=dev)
     fk, fq, fv = k.reshape(tokens, H, K), q.reshape(tokens, H, K), v.reshape(tokens, HV, K)
     fg, fb = g.reshape(tokens, HV), beta.reshape(tokens, HV)
-    prep = launcher.prep_for(g, beta, launcher.no_gate, launcher.no_gate)
+    zero = launcher.no_gate(dev)
+    prep = launcher.prep_for(g, beta, zero, zero)
     if case.varlen:
         cu = x["cu_seqlens"]
-        p = median_ms(lambda: prep(fk, fg, fb, launcher.no_gate, launcher.no_gate, cu, tp, gam))
-        c = median_ms(lambda: launcher.chain(fq, fk, fv, tp, gam, ht, cu, o, ht, 0))
+        p = median_ms(lambda: prep(fq, fk, fg, fb, zero, zero, cu, tp, m, f))
+        c = median_ms(lambda: launcher.chain(fq, fk, fv, tp, m, f, ht, cu, o, ht, 0))
     else:
-        p = median_ms(lambda: prep(fk, fg, fb, launcher.no_gate, launcher.no_gate, tp, gam, T))
-        c = median_ms(lambda: launcher.chain(fq, fk, fv, tp, gam, ht, o, ht, T, 0))
+        p = median_ms(lambda: prep(fq, fk, fg, fb, zero, zero, tp, m, f, T))
+        c = median_ms(lambda: launcher.chain(fq, fk, fv, tp, m, f, ht, o, ht, T, 0))
     return p, c
 
 

@@ -1,19 +1,27 @@
-"""First pass of the GDN prefill: per chunk, the gate cumsum γ and the WY solve T' = (I + A)⁻¹ diag(β).
+"""First pass of the GDN prefill: per chunk, everything that does not depend on the state.
 
 Chunks are the C-token windows of the packed token axis, cut further at sequence boundaries:
 a window may hold the end of one sequence and the start of the next (packed varlen, or equal
-lengths that are not a multiple of C). A is masked to pairs of the same sequence, so T' is
-block-diagonal per sequence and γ restarts at each sequence start. One CTA per (value head,
-window): no chunk table, and every token row is written by exactly one CTA.
+lengths that are not a multiple of C). Pairs of tokens interact only inside one sequence, so
+every product below is block-diagonal per sequence and γ (the gate cumsum) restarts at each
+sequence start. One CTA per (value head, window): no chunk table, and every token row is
+written by exactly one CTA.
 
-It applies the input transforms (gate in kernel, β sigmoid, L2 norm of k) on the fly, reads k,
-g and β once and writes T' (C×C in the input dtype, one row per token) and γ (fp32), about
-0.13 KB per token per value head, for the state pass.
+With r the L2-norm factors (1 without the norm) and γ_end the γ of the last row of the token's
+sequence inside the window, it writes per token row, for the state pass:
+
+    T' = (I + A)⁻¹ diag(β)                                   (the WY solve)
+    M  = L ⊙ scale·(r_q r_kᵀ) ⊙ Q Kᵀ ⊙ e^{γ_i − γ_j}          (the chunk's own attention)
+    f_x = e^γ r_k    f_o = scale·e^γ r_q    f_s = e^{γ_end − γ} r_k    f_c = e^{γ_end}
+
+T' and M in the input dtype, the factors in fp32: about 0.27 KB per token per value head. The
+input transforms (gate in kernel, β sigmoid, L2 norm) are applied here, so the state pass reads
+q, k and v as given and evaluates no transcendental.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-LANES = 4  # partial sums per row of the forward substitution
+LANES = 8  # partial sums per row of the forward substitution
 PAD = 4  # fp32 words of padding per row of the solve's buffers: conflict-free rows and columns
 
 
@@ -23,14 +31,24 @@ def gate_transform(raw, a_log, dt_bias):
     return -T.exp(a_log) * T.if_then_else(x > 20.0, x, T.log1p(T.exp(x)))
 
 
+def lane_total(acc):
+    """The sum of a row's LANES partial sums (an expression, built when the program is traced)."""
+    total = acc[0]
+    for p in range(1, LANES):
+        total = total + acc[p]
+    return total
+
+
 def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str,
-                 g_dtype: str, beta_dtype: str, a_log_dtype: str, dt_bias_dtype: str, varlen: bool, l2norm: bool, gate_in_kernel: bool,
-                 beta_sigmoid: bool, neg_eigval: bool, threads: int = 128):
+                 g_dtype: str, beta_dtype: str, a_log_dtype: str, dt_bias_dtype: str, varlen: bool,
+                 l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
+                 threads: int = 128):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
-    (int32, [N+1]) bounds the sequences. Outputs: ``tp`` [HV, tokens, C] and ``gam``
-    [HV, tokens]. Grid: (HV, ceil(tokens / C)).
+    (int32, [N+1]) bounds the sequences. Outputs: ``tp`` and ``m`` [HV, tokens, C] in the input
+    dtype, ``f`` [4, HV, tokens] (f_x, f_o, f_s, f_c) in fp32.
+    Grid: (HV, ceil(tokens / C)).
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     group = HV // H
@@ -41,11 +59,24 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
     assert C <= threads, "one thread per row, and per column of the solve"
 
     @T.macro
-    def solve_window(k, g, beta, a_log, dt_bias, bounds, tp, gam, hv, w):
+    def row_rnorm(src_s, dst_s):
+        sq_f = T.alloc_fragment([C, K], accum)
+        ss_f = T.alloc_fragment([C], accum)
+        T.copy(src_s, sq_f)
+        for i, j in T.Parallel(C, K):
+            sq_f[i, j] = sq_f[i, j] * sq_f[i, j]
+        T.reduce_sum(sq_f, ss_f, dim=1)
+        for i in T.Parallel(C):
+            dst_s[i] = T.rsqrt(ss_f[i] + 1e-6)
+
+    @T.macro
+    def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, f_out, hv, w):
         h = hv // group
         t0 = w * C
+        q_s = T.alloc_shared([C, K], dtype)
         k_s = T.alloc_shared([C, K], dtype)
         a_f = T.alloc_fragment([C, C], accum)
+        qk_f = T.alloc_fragment([C, C], accum)
         a_s = T.alloc_shared([C, C + PAD], accum)
         d_s = T.alloc_shared([C, C + PAD], accum)
         l_s = T.alloc_shared([C, C], dtype)
@@ -57,9 +88,11 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         p_s = T.alloc_shared([C], accum)
         gam_s = T.alloc_shared([C], accum)
         b_s = T.alloc_shared([C], accum)
-        r_s = T.alloc_shared([C], accum)
+        rk_s = T.alloc_shared([C], accum)
+        rq_s = T.alloc_shared([C], accum)
         seg_s = T.alloc_shared([C], "int32")
         beg_s = T.alloc_shared([C], "int32")
+        end_s = T.alloc_shared([C], "int32")
         x = T.alloc_local([half], accum)
         acc = T.alloc_local([LANES], accum)
         seg = T.alloc_var("int32")
@@ -68,6 +101,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         tx = T.get_thread_binding()
 
         T.copy(k[t0:t0 + C, h, :], k_s)
+        T.copy(q[t0:t0 + C, h, :], q_s)
         if tx < C:
             t = t0 + tx
             # The sequence holding token t: a binary search of cu_seqlens, or a division.
@@ -89,6 +123,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
                 s_end = s_beg + bounds
             seg_s[tx] = seg
             beg_s[tx] = T.max(s_beg - t0, 0)
+            end_s[tx] = T.max(T.min(s_end - t0, C) - 1, 0)
             if t < s_end and t < tokens and s_beg <= t:
                 raw_g = T.cast(g[t, hv], accum)
                 raw_b = T.cast(beta[t, hv], accum)
@@ -107,26 +142,23 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         for i in T.Parallel(C):
             gam_s[i] = p_s[i] - T.if_then_else(beg_s[i] > 0, p_s[T.max(beg_s[i] - 1, 0)], 0.0)
         if l2norm:
-            sq_f = T.alloc_fragment([C, K], accum)
-            ss_f = T.alloc_fragment([C], accum)
-            T.copy(k_s, sq_f)
-            for i, j in T.Parallel(C, K):
-                sq_f[i, j] = sq_f[i, j] * sq_f[i, j]
-            T.reduce_sum(sq_f, ss_f, dim=1)
-            for i in T.Parallel(C):
-                r_s[i] = T.rsqrt(ss_f[i] + 1e-6)
+            row_rnorm(k_s, rk_s)
+            row_rnorm(q_s, rq_s)
         else:
             for i in T.Parallel(C):
-                r_s[i] = 1.0
+                rk_s[i] = 1.0
+                rq_s[i] = 1.0
 
         T.gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
+        T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
+        # One pass over the pairs: the decay e^{γ_i − γ_j} and the masks serve A, its lower-left
+        # block L and M alike.
         for i, j in T.Parallel(C, C):
-            a_s[i, j] = T.if_then_else(
-                j < i and seg_s[i] == seg_s[j],
-                b_s[i] * T.exp(gam_s[i] - gam_s[j]) * r_s[i] * r_s[j] * a_f[i, j], 0.0)
-            l_s[i, j] = T.if_then_else(
-                j < half and half <= i and seg_s[i] == seg_s[j],
-                b_s[i] * T.exp(gam_s[i] - gam_s[j]) * r_s[i] * r_s[j] * a_f[i, j], 0.0)
+            decay = T.if_then_else(j <= i and seg_s[i] == seg_s[j], T.exp(gam_s[i] - gam_s[j]) * rk_s[j], 0.0)
+            a_s[i, j] = T.if_then_else(j < i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
+            l_s[i, j] = T.if_then_else(j < half and half <= i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
+            if t0 + i < tokens:
+                m_out[hv, t0 + i, j] = (scale * rq_s[i]) * decay * qk_f[i, j]
 
         # T = (I + A)⁻¹ by halves: each diagonal half block of D is inverted by forward
         # substitution (one thread per column, the column in registers, each row's sum split in
@@ -141,7 +173,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
                 for j in T.unroll(half, explicit=True):
                     if j < r:
                         acc[j % LANES] = acc[j % LANES] - a_s[blk * half + r, blk * half + j] * x[j]
-                x[r] = T.if_then_else(col == r, 1.0, 0.0) + acc[0] + acc[1] + acc[2] + acc[3]
+                x[r] = T.if_then_else(col == r, 1.0, 0.0) + lane_total(acc)
             for r in T.unroll(half, explicit=True):
                 d_s[blk * half + r, tx] = x[r]
                 d_s[(1 - blk) * half + r, tx] = 0.0
@@ -157,11 +189,15 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
                 tp[hv, t0 + i, j] = t_s[i, j]
         for i in T.Parallel(C):
             if t0 + i < tokens:
-                gam[hv, t0 + i] = gam_s[i]
+                f_out[0, hv, t0 + i] = T.exp(gam_s[i]) * rk_s[i]
+                f_out[1, hv, t0 + i] = scale * T.exp(gam_s[i]) * rq_s[i]
+                f_out[2, hv, t0 + i] = T.exp(gam_s[end_s[i]] - gam_s[i]) * rk_s[i]
+                f_out[3, hv, t0 + i] = T.exp(gam_s[end_s[i]])
 
     if varlen:
         @T.prim_func
         def prep(
+            q: T.Tensor([tokens, H, K], dtype),
             k: T.Tensor([tokens, H, K], dtype),
             g: T.Tensor([tokens, HV], g_dtype),
             beta: T.Tensor([tokens, HV], beta_dtype),
@@ -169,23 +205,26 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             dt_bias: T.Tensor([HV], dt_bias_dtype),
             cu_seqlens: T.Tensor([nseq + 1], "int32"),
             tp: T.Tensor([HV, tokens, C], dtype),
-            gam: T.Tensor([HV, tokens], accum),
+            m_out: T.Tensor([HV, tokens, C], dtype),
+            f_out: T.Tensor([4, HV, tokens], accum),
         ):
             with T.Kernel(HV, T.ceildiv(tokens, C), threads=threads) as (hv, w):
-                solve_window(k, g, beta, a_log, dt_bias, cu_seqlens, tp, gam, hv, w)
+                solve_window(q, k, g, beta, a_log, dt_bias, cu_seqlens, tp, m_out, f_out, hv, w)
     else:
         @T.prim_func
         def prep(
+            q: T.Tensor([tokens, H, K], dtype),
             k: T.Tensor([tokens, H, K], dtype),
             g: T.Tensor([tokens, HV], g_dtype),
             beta: T.Tensor([tokens, HV], beta_dtype),
             a_log: T.Tensor([HV], a_log_dtype),
             dt_bias: T.Tensor([HV], dt_bias_dtype),
             tp: T.Tensor([HV, tokens, C], dtype),
-            gam: T.Tensor([HV, tokens], accum),
+            m_out: T.Tensor([HV, tokens, C], dtype),
+            f_out: T.Tensor([4, HV, tokens], accum),
             seq_len: T.int32,
         ):
             with T.Kernel(HV, T.ceildiv(tokens, C), threads=threads) as (hv, w):
-                solve_window(k, g, beta, a_log, dt_bias, seq_len, tp, gam, hv, w)
+                solve_window(q, k, g, beta, a_log, dt_bias, seq_len, tp, m_out, f_out, hv, w)
 
     return prep

@@ -22,7 +22,7 @@ from tileops.kernels.gdn.prefill import GDNPrefillConfig
 # The software pipeline of the chain keeps its loads in the compute warps: the automatic
 # producer/consumer split mishandles the state tile set up before the loop.
 PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
-PREP_THREADS = 128
+PREP_THREADS = 128  # measured faster than 256 on the H200: the window's work is too serial to split
 
 _TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
@@ -32,11 +32,18 @@ def tl_target(arch: str) -> dict:
     return {"kind": "cuda", "arch": f"sm_{arch[2:]}{'a' if arch == 'sm90' else ''}"}
 
 
+def query_scale(spec: CallSpec) -> float:
+    """The call's query scale: its ``scale`` flag, or K^-1/2."""
+    scale = spec.flag("scale")
+    return float(spec.dim_k ** -0.5 if scale is None else scale)
+
+
 def compile_prep(config: GDNPrefillConfig, spec: CallSpec, param_dtypes: tuple[torch.dtype, ...]):
     """The first pass for ``spec``, reading g, beta, A_log and dt_bias in ``param_dtypes``."""
     g_dtype, beta_dtype, a_log_dtype, dt_bias_dtype = (_TL_DTYPES[d] for d in param_dtypes)
     program = prep_program(
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
+        scale=query_scale(spec),
         dtype=_TL_DTYPES[spec.dtype], g_dtype=g_dtype, beta_dtype=beta_dtype, a_log_dtype=a_log_dtype,
         dt_bias_dtype=dt_bias_dtype,
         varlen=spec.mode == "varlen", l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
@@ -48,13 +55,10 @@ def compile_prep(config: GDNPrefillConfig, spec: CallSpec, param_dtypes: tuple[t
 
 def compile_chain(config: GDNPrefillConfig, spec: CallSpec):
     """The state pass for ``spec``."""
-    scale = spec.flag("scale")
     program = chain_program(
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
         chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
-        varlen=spec.mode == "varlen", l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
-        scale=float(spec.dim_k ** -0.5 if scale is None else scale),
-        state_v_first=bool(spec.flag("state_v_first", False)),
+        varlen=spec.mode == "varlen", state_v_first=bool(spec.flag("state_v_first", False)),
         threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks)
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
 
@@ -101,7 +105,8 @@ class PrefillLauncher:
         bias = self.no_gate(q.device) if dt_bias is None else dt_bias
 
         tp = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
-        gam = torch.empty(HV, tokens, dtype=torch.float32, device=q.device)
+        m = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
+        f = torch.empty(4, HV, tokens, dtype=torch.float32, device=q.device)
         o = torch.empty(B, T, HV, V, dtype=q.dtype, device=q.device)
         n = cu_seqlens.shape[0] - 1 if self.varlen else B
         state_shape = (n, HV, V, K) if self.value_first else (n, HV, K, V)
@@ -113,9 +118,9 @@ class PrefillLauncher:
         prep = self.prep_for(g, beta, a_log, bias)
         if self.varlen:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
-            prep(flat_k, flat_g, flat_beta, a_log, bias, bounds, tp, gam)
-            self.chain(flat_q, flat_k, flat_v, tp, gam, h0, bounds, flat_o, final, has_init)
+            prep(flat_q, flat_k, flat_g, flat_beta, a_log, bias, bounds, tp, m, f)
+            self.chain(flat_q, flat_k, flat_v, tp, m, f, h0, bounds, flat_o, final, has_init)
         else:
-            prep(flat_k, flat_g, flat_beta, a_log, bias, tp, gam, T)
-            self.chain(flat_q, flat_k, flat_v, tp, gam, h0, flat_o, final, T, has_init)
+            prep(flat_q, flat_k, flat_g, flat_beta, a_log, bias, tp, m, f, T)
+            self.chain(flat_q, flat_k, flat_v, tp, m, f, h0, flat_o, final, T, has_init)
         return o, final
