@@ -138,7 +138,7 @@ def _compile_one(job: tuple) -> str:
     if kind == "chain":
         compile_chain(cfg, spec)
     else:
-        compile_prep(cfg, spec, (case.dtype, case.dtype, torch.float32, torch.float32))
+        compile_prep(cfg, spec)
     return f"{kind} {case.name} {cfg.to_json()}"
 
 
@@ -295,9 +295,9 @@ def time_passes(launcher, case: Case, x: dict) -> tuple[float, float]:
     n = len(case.lens) if case.varlen else B
     ht = torch.empty(n, HV, K, K, dtype=torch.float32, device=dev)
     fk, fq, fv = k.reshape(tokens, H, K), q.reshape(tokens, H, K), v.reshape(tokens, HV, K)
-    fg, fb = g.reshape(tokens, HV), beta.reshape(tokens, HV)
+    fg, fb = g.reshape(tokens, HV).float(), beta.reshape(tokens, HV).float()
     zero = launcher.no_gate(dev)
-    prep = launcher.prep_for(g, beta, zero, zero)
+    prep = launcher.prep
     if case.varlen:
         cu = x["cu_seqlens"]
         p = median_ms(lambda: prep(fq, fk, fg, fb, zero, zero, cu, tp, m, f))

@@ -11,12 +11,25 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export TILEOPS_DB=$OUT/tuning.db
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
-    timeout 330 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
+    timeout 500 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
     python3 -m cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
 fi
 if [ "$STEP" = test ] || [ "$STEP" = all ]; then
-    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/test_gdn_*gpu.py tests/test_gdn_op_gpu.py \
-        tests/test_tuned_default_agree.py -k "not freshly_tuned" 2>&1 | tee "$OUT/gpu-tests.log"
+    # One process per group, so that the groups' first compiles run side by side.
+    unset TILEOPS_DB
+    run_group() {
+        local name
+        name=$(basename "$1" .py)${3:+-$3}
+        timeout 400 python3 -m pytest -q -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
+    }
+    run_group tests/test_gdn_decode_gpu.py &
+    run_group tests/test_gdn_prefill_gpu.py -k equal &
+    run_group tests/test_gdn_prefill_gpu.py -k varlen &
+    run_group tests/test_gdn_op_gpu.py &
+    run_group tests/test_tuned_default_agree.py &
+    timeout 400 python3 bench/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
+    wait
+    tail -n 3 "$OUT"/test_*.log "$OUT/prefill-errors.log"
 fi
 if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB

@@ -70,3 +70,37 @@ def test_an_unbuilt_shape_refuses_to_compile_during_capture():
     with pytest.raises(CompileDuringCapture, match="before capturing"):
         with torch.cuda.graph(graph):
             op(*args)
+
+
+@pytest.mark.parametrize("case", [Case("gdn", 8, 1, 2, 4, 128, device="cuda"), Case("gdn", 2, 300, 2, 4, 128, device="cuda"),
+                                  Case("gdn", 1, 397, 2, 4, 64, device="cuda", seqlens=(1, 64, 200, 3, 129))],
+                         ids=lambda c: c.label)
+def test_warm_eager_call_never_synchronises_with_the_host(case):
+    op, args = make_op(case), make_inputs(case, seed=5)
+    op(*args)  # warm: selection cached, kernels built
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        op(*args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_prefill_replays_in_a_cuda_graph():
+    case = Case("gdn", 1, 397, 2, 4, 128, device="cuda", seqlens=(1, 64, 200, 3, 129))
+    op = make_op(case)
+    static = make_inputs(case, seed=6)
+    op(*static)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_o, out_state = op(*static)
+    fresh = make_inputs(case, seed=7)
+    for buffer, value in zip(static, fresh):
+        if isinstance(buffer, torch.Tensor) and buffer.is_cuda:
+            buffer.copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager_o, eager_state = op(*fresh)
+    assert torch.equal(out_o, eager_o) and torch.equal(out_state, eager_state)

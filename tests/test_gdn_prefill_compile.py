@@ -64,24 +64,23 @@ def test_config_constraints(config, dim, words):
         kernel.validate_config(config, spec(dim=dim))
 
 
-def compile_both(call: CallSpec, config: GDNPrefillConfig, params: tuple):
+def compile_both(call: CallSpec, config: GDNPrefillConfig):
     from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
 
-    return compile_prep(config, call, params), compile_chain(config, call)
+    return compile_prep(config, call), compile_chain(config, call)
 
 
 @needs_nvcc
 def test_default_config_compiles_once_for_any_length():
     call = spec()
-    params = (torch.bfloat16, torch.bfloat16, torch.float32, torch.float32)
-    prep, chain = compile_both(call, default(call), params)
+    prep, chain = compile_both(call, default(call))
     source = chain.get_kernel_source()
     assert "wgmma" in source
     # Lengths and counts are kernel arguments, not constants baked into the program.
     assert "int seq_len" in source and "int tokens" in source
     assert "int tokens" in prep.get_kernel_source()
     # A second build of the same program is TileLang's cached kernel, not a new compile.
-    again = compile_both(call, default(call), params)
+    again = compile_both(call, default(call))
     assert again[0] is prep and again[1] is chain
 
 
@@ -91,6 +90,6 @@ def test_varlen_with_every_transform_compiles():
                 use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
                 state_v_first=True, use_gate_in_kernel=True)
     config = GDNPrefillConfig(block_v=32, threads=128)
-    prep, chain = compile_both(call, config, (torch.float32, torch.float16, torch.float32, torch.float16))
+    prep, chain = compile_both(call, config)
     assert "cu_seqlens" in prep.get_kernel_source() and "cu_seqlens" in chain.get_kernel_source()
     assert "int nseq" in chain.get_kernel_source()

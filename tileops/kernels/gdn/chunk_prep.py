@@ -39,14 +39,13 @@ def lane_total(acc):
     return total
 
 
-def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str,
-                 g_dtype: str, beta_dtype: str, a_log_dtype: str, dt_bias_dtype: str, varlen: bool,
+def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, varlen: bool,
                  l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
                  threads: int = 128):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
-    (int32, [N+1]) bounds the sequences. Outputs: ``tp`` and ``m`` [HV, tokens, C] in the input
+    (int32, [N+1]) bounds the sequences. g, beta, A_log and dt_bias are read in fp32. Outputs: ``tp`` and ``m`` [HV, tokens, C] in the input
     dtype, ``f`` [4, HV, tokens] (f_x, f_o, f_s, f_c) in fp32.
     Grid: (HV, ceil(tokens / C)).
     """
@@ -199,10 +198,10 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         def prep(
             q: T.Tensor([tokens, H, K], dtype),
             k: T.Tensor([tokens, H, K], dtype),
-            g: T.Tensor([tokens, HV], g_dtype),
-            beta: T.Tensor([tokens, HV], beta_dtype),
-            a_log: T.Tensor([HV], a_log_dtype),
-            dt_bias: T.Tensor([HV], dt_bias_dtype),
+            g: T.Tensor([tokens, HV], accum),
+            beta: T.Tensor([tokens, HV], accum),
+            a_log: T.Tensor([HV], accum),
+            dt_bias: T.Tensor([HV], accum),
             cu_seqlens: T.Tensor([nseq + 1], "int32"),
             tp: T.Tensor([HV, tokens, C], dtype),
             m_out: T.Tensor([HV, tokens, C], dtype),
@@ -215,10 +214,10 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         def prep(
             q: T.Tensor([tokens, H, K], dtype),
             k: T.Tensor([tokens, H, K], dtype),
-            g: T.Tensor([tokens, HV], g_dtype),
-            beta: T.Tensor([tokens, HV], beta_dtype),
-            a_log: T.Tensor([HV], a_log_dtype),
-            dt_bias: T.Tensor([HV], dt_bias_dtype),
+            g: T.Tensor([tokens, HV], accum),
+            beta: T.Tensor([tokens, HV], accum),
+            a_log: T.Tensor([HV], accum),
+            dt_bias: T.Tensor([HV], accum),
             tp: T.Tensor([HV, tokens, C], dtype),
             m_out: T.Tensor([HV, tokens, C], dtype),
             f_out: T.Tensor([4, HV, tokens], accum),

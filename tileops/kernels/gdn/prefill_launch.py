@@ -3,8 +3,9 @@
 The programs are specialised on the config, dtype, heads, widths and flags; token count, batch
 and sequence count are run-time values, so a new length reuses the compiled kernels. The
 launcher only allocates outputs and launches: no host sync, no per-call table building, so it
-can be captured in a CUDA graph. The first pass is compiled per dtype of (g, beta, A_log,
-dt_bias): (call dtype, call dtype, fp32, fp32) eagerly, any other combination on first sight.
+can be captured in a CUDA graph. g, beta, A_log and dt_bias reach the first pass in fp32 (cast
+here when they come in the token dtype: a few microseconds against a millisecond call), so one
+program serves every dtype mix and a build compiles everything a call can need.
 """
 
 from __future__ import annotations
@@ -38,14 +39,11 @@ def query_scale(spec: CallSpec) -> float:
     return float(spec.dim_k ** -0.5 if scale is None else scale)
 
 
-def compile_prep(config: GDNPrefillConfig, spec: CallSpec, param_dtypes: tuple[torch.dtype, ...]):
-    """The first pass for ``spec``, reading g, beta, A_log and dt_bias in ``param_dtypes``."""
-    g_dtype, beta_dtype, a_log_dtype, dt_bias_dtype = (_TL_DTYPES[d] for d in param_dtypes)
+def compile_prep(config: GDNPrefillConfig, spec: CallSpec):
+    """The first pass for ``spec``."""
     program = prep_program(
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
-        scale=query_scale(spec),
-        dtype=_TL_DTYPES[spec.dtype], g_dtype=g_dtype, beta_dtype=beta_dtype, a_log_dtype=a_log_dtype,
-        dt_bias_dtype=dt_bias_dtype,
+        scale=query_scale(spec), dtype=_TL_DTYPES[spec.dtype],
         varlen=spec.mode == "varlen", l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
         gate_in_kernel=bool(spec.flag("use_gate_in_kernel", False)),
         beta_sigmoid=bool(spec.flag("use_beta_sigmoid_in_kernel", False)),
@@ -72,8 +70,7 @@ class PrefillLauncher:
         self.varlen = spec.mode == "varlen"
         self.value_first = bool(spec.flag("state_v_first", False))
         self.chain = compile_chain(config, spec)
-        usual = (spec.dtype, spec.dtype, torch.float32, torch.float32)
-        self.preps = {usual: compile_prep(config, spec, usual)}
+        self.prep = compile_prep(config, spec)
         self._no_gate: Optional[torch.Tensor] = None
 
     def no_gate(self, device: torch.device) -> torch.Tensor:
@@ -82,13 +79,6 @@ class PrefillLauncher:
         if self._no_gate is None:
             self._no_gate = torch.zeros(self.spec.value_heads, dtype=torch.float32, device=device)
         return self._no_gate
-
-    def prep_for(self, *params: torch.Tensor):
-        """The first pass compiled for the dtypes of (g, beta, A_log, dt_bias)."""
-        key = tuple(p.dtype for p in params)
-        if key not in self.preps:
-            self.preps[key] = compile_prep(self.config, self.spec, key)
-        return self.preps[key]
 
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                  A_log=None, dt_bias=None):
@@ -99,10 +89,10 @@ class PrefillLauncher:
         flat_q = q.reshape(tokens, H, K)
         flat_k = k.reshape(tokens, H, K)
         flat_v = v.reshape(tokens, HV, V)
-        flat_g = g.reshape(tokens, HV)
-        flat_beta = beta.reshape(tokens, HV)
-        a_log = self.no_gate(q.device) if A_log is None else A_log
-        bias = self.no_gate(q.device) if dt_bias is None else dt_bias
+        flat_g = g.reshape(tokens, HV).float()
+        flat_beta = beta.reshape(tokens, HV).float()
+        a_log = self.no_gate(q.device) if A_log is None else A_log.float()
+        bias = self.no_gate(q.device) if dt_bias is None else dt_bias.float()
 
         tp = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
         m = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
@@ -115,12 +105,11 @@ class PrefillLauncher:
         has_init = 0 if initial_state is None else 1
         flat_o = o.view(tokens, HV, V)
 
-        prep = self.prep_for(g, beta, a_log, bias)
         if self.varlen:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
-            prep(flat_q, flat_k, flat_g, flat_beta, a_log, bias, bounds, tp, m, f)
+            self.prep(flat_q, flat_k, flat_g, flat_beta, a_log, bias, bounds, tp, m, f)
             self.chain(flat_q, flat_k, flat_v, tp, m, f, h0, bounds, flat_o, final, has_init)
         else:
-            prep(flat_q, flat_k, flat_g, flat_beta, a_log, bias, tp, m, f, T)
+            self.prep(flat_q, flat_k, flat_g, flat_beta, a_log, bias, tp, m, f, T)
             self.chain(flat_q, flat_k, flat_v, tp, m, f, h0, flat_o, final, T, has_init)
         return o, final
