@@ -25,7 +25,7 @@ from db.engine import display_url, make_engine, resolve_url
 from db.errors import StoreError
 from db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
 from db.models import WINNER_SOURCES
-from db.schemas import WinnerRecord
+from db.schemas import WinnerRecord, record_key
 from db.store import TuningStore
 
 app = typer.Typer(name="tileops-db", help="Inspect and maintain the tileops tuning database.",
@@ -239,19 +239,25 @@ def prune(db: Db = None,
 
 @app.command()
 def warm(db: Db = None) -> None:
-    """Compile this device's winners ahead of time, so the first op call does not wait."""
+    """Compile this device's winners (the database's, then the shipped snapshot's for the keys the
+    database lacks) ahead of time, so the first op call does not wait."""
     from tileops.device import current_arch
 
     try:
         from dispatch.warm import compile_winner
     except ImportError as error:
         fail(f"cannot warm: dispatch.warm.compile_winner is not available ({describe(error)})")
+    from dispatch.snapshot import shipped_winners
+
     arch = current_arch()
     with TuningStore(db, readonly=True) as store:
         rows = store.winners(arch=arch)
+    # The shipped snapshot serves every key the database does not: its winners are warmed too.
+    own_keys = {record_key(row) for row in rows}
+    rows += [row for row in shipped_winners(arch) if record_key(row) not in own_keys]
     usable = [row for row, problem in check_all(rows) if problem is None]
     if not usable:
-        out.print(f"no usable winners for {arch} ({len(rows)} rows in all)")
+        out.print(f"no usable winners for {arch} ({len(rows)} rows in all, database and shipped snapshot)")
         return
     failures = []
     for row in track(usable, description=f"compiling {len(usable)} {arch} winners", console=out):

@@ -128,6 +128,24 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
     assert "RuntimeError: nvcc exploded" in result.output
 
 
+def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_url, tiny_kernel, monkeypatch):
+    import dispatch.snapshot
+    from cli.db import app
+
+    compiled = []
+    monkeypatch.setitem(sys.modules, "dispatch.warm",
+                        types.SimpleNamespace(compile_winner=lambda record: compiled.append(record.time_ms)))
+    current = tiny_kernel.source_hash
+    fill(sqlite_url, make_winner(arch="cpu", bucket_tokens=1, source_hash=current, time_ms=1.0))
+    shipped = (make_winner(arch="cpu", bucket_tokens=1, source_hash=current, time_ms=2.0),  # the database's key
+               make_winner(arch="cpu", bucket_tokens=5, source_hash=current, time_ms=3.0))
+    monkeypatch.setattr(dispatch.snapshot, "shipped_winners", lambda arch: shipped if arch == "cpu" else ())
+    result = CliRunner().invoke(app, ["warm", "--db", sqlite_url], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert compiled == [1.0, 3.0]
+    assert "compiled 2 of 2 winners for cpu" in result.output
+
+
 @pytest.mark.parametrize("args", [["show", "--db", "postgresql://nobody@127.0.0.1:1/x"],
                                   ["import", "/nonexistent/winners.jsonl"]])
 def test_failures_are_one_line_on_stderr(args):
