@@ -1,5 +1,6 @@
 """Host time that dispatch adds to an op call whose key was already looked up, and the host
-time of a whole eager call (validation included), both with a do-nothing launcher."""
+time of a whole eager call, for a repeated call signature and for a new one (validated in full),
+all with a do-nothing launcher."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def measure(device: str = "cpu") -> dict[str, float]:
         lookup = _median_us(lambda: launcher_for("GDNFwdOp", "overhead-probe", spec))
         call = _median_us(lambda: op(q, k, v, g, beta), repeats=5000)
         describe = _median_us(lambda: op.describe(q, k, v, g, beta), repeats=5000)
+
+        def first_call():
+            op._seen.clear()  # as if this signature were new: validated in full
+            op(q, k, v, g, beta)
+
+        first = _median_us(first_call, repeats=5000)
     finally:
         unregister_target("overhead-probe", GDNFwdOp)
-    return {"dispatch_lookup_us": lookup, "describe_us": describe, "op_call_us": call}
+    return {"dispatch_lookup_us": lookup, "describe_us": describe, "op_call_us": call,
+            "op_call_new_signature_us": first}
