@@ -1,6 +1,8 @@
-"""A kernel for tuner tests (loaded through $TILEOPS_EXTRA_KERNELS, also in worker processes):
-it serves GDN prefill through the reference, and its config can make it slow, wrong, crash or
-hang, so the tuner's gate, crash handling, timeouts and winner rule can be observed."""
+"""Kernels for tuner tests (loaded through $TILEOPS_EXTRA_KERNELS, also in worker processes).
+
+Both serve GDN prefill through the reference. The behaviour kernel's config can make it slow,
+wrong, crash or hang, so the tuner's gate, crash handling, timeouts and winner rule can be
+observed; the picky kernel refuses half of its config space, as a tile constraint would."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ import os
 import time
 from typing import Literal
 
+from pydantic import model_validator
+
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.registry import get_kernel, register
 
 NAME = "test.gdn_behaviour"
+PICKY = "test.gdn_picky"
 
 
 class BehaviourConfig(KernelConfig):
@@ -20,9 +25,13 @@ class BehaviourConfig(KernelConfig):
     behaviour: Literal["right", "wrong", "crash", "hang"] = "right"
 
 
-def _build(config: BehaviourConfig, spec):
+def _reference_launcher(spec):
     reference = get_kernel("reference.gdn_chunk")
-    inner = reference.build(reference.default(spec), spec)
+    return reference.build(reference.default(spec), spec)
+
+
+def _build(config: BehaviourConfig, spec):
+    inner = _reference_launcher(spec)
 
     def launch(*args):
         if config.behaviour == "crash":
@@ -36,7 +45,24 @@ def _build(config: BehaviourConfig, spec):
     return launch
 
 
+def _prefill_only(spec):
+    return None if spec.entry == "GDNFwdOp" and spec.mode != "decode" else "GDN prefill only"
+
+
+class PickyConfig(KernelConfig):
+    block: Literal[1, 2, 3, 4, 5, 6, 7, 8] = 2
+
+    @model_validator(mode="after")
+    def _even(self) -> "PickyConfig":
+        if self.block % 2:
+            raise ValueError(f"block={self.block} does not tile: use an even block")
+        return self
+
+
 KERNEL = register(KernelDef(
     name=NAME, family="gdn", archs=frozenset({"cpu"}), config_model=BehaviourConfig, build=_build,
-    refuse=lambda spec: None if spec.entry == "GDNFwdOp" and spec.mode != "decode" else "GDN prefill only",
-    default=lambda spec: BehaviourConfig(), modules=(__name__,)))
+    refuse=_prefill_only, default=lambda spec: BehaviourConfig(), modules=(__name__,)))
+PICKY_KERNEL = register(KernelDef(
+    name=PICKY, family="gdn", archs=frozenset({"cpu"}), config_model=PickyConfig,
+    build=lambda config, spec: _reference_launcher(spec), refuse=_prefill_only,
+    default=lambda spec: PickyConfig(), modules=(__name__,)))

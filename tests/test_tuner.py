@@ -13,21 +13,43 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
 
-@pytest.fixture
-def fake_kernel(monkeypatch):
-    """Serve GDNFwdOp's reference target with the behaviour kernel first (here and in workers)."""
+def _serve_first(monkeypatch, name: str):
+    """Serve GDNFwdOp's reference target with test kernel ``name`` first (here and in workers)."""
     monkeypatch.setenv("TILEOPS_EXTRA_KERNELS", "fake_kernels")
     monkeypatch.setenv("PYTHONPATH", str(TESTS) + ":" + __import__("os").environ.get("PYTHONPATH", ""))
     import fake_kernels
     import tileops.targets as targets
 
-    monkeypatch.setitem(targets._REFERENCE_KERNELS, "GDNFwdOp",
-                        (fake_kernels.NAME,) + targets._REFERENCE_KERNELS["GDNFwdOp"])
+    monkeypatch.setitem(targets._REFERENCE_KERNELS, "GDNFwdOp", (name,) + targets._REFERENCE_KERNELS["GDNFwdOp"])
     import dispatch
 
     dispatch.reset()
-    yield fake_kernels
+    return fake_kernels
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """The behaviour kernel serves GDN prefill first."""
+    import dispatch
+
+    yield _serve_first(monkeypatch, "test.gdn_behaviour")
     dispatch.reset()
+
+
+def test_refused_configs_do_not_count_against_the_trial_budget(monkeypatch, tmp_path):
+    import dispatch
+    from db.store import TuningStore
+
+    fakes = _serve_first(monkeypatch, "test.gdn_picky")
+    try:
+        db = f"sqlite:///{tmp_path / 'tuning.db'}"
+        _tune(db, f"sqlite:///{tmp_path / 'optuna.db'}", trials=3)
+        trials = TuningStore(db).trials(kernel=fakes.PICKY)
+    finally:
+        dispatch.reset()
+    measured = {t.config["block"] for t in trials if t.status == "ok"}
+    assert len(measured) == 3 and all(block % 2 == 0 for block in measured)
+    assert all("does not tile" in t.error for t in trials if t.status == "invalid")
 
 
 def _tune(db, storage, trials=8, timeout=60.0, shape="B1xT96xH1xHV2"):

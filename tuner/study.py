@@ -121,7 +121,8 @@ class KeyStudy:
         """Trials until ``n_trials`` distinct configs are measured or the space is exhausted.
 
         A sampler may propose a config again (an enqueued default, a shared study); such repeats
-        are read back for free, so they do not count against the budget.
+        are read back for free, so they do not count against the budget. Nor do configs the
+        kernel refuses for this call (a tile that does not fit): they cost no compile and no time.
         """
         if not self.space:
             self.measure(self.default_json)
@@ -129,13 +130,16 @@ class KeyStudy:
             return
         seen: set[str] = set()
         goal = min(n_trials, self.space_size())
+        grid = isinstance(self.study.sampler, optuna.samplers.GridSampler)
 
         def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
             key = json.dumps(trial.params, sort_keys=True)
-            if key not in seen:
+            if key not in seen and "status" in trial.user_attrs:  # measured, not refused
                 seen.add(key)
                 on_trial()
             if len(seen) >= goal:
                 study.stop()
 
-        self.study.optimize(self.objective, n_trials=3 * goal + 2, callbacks=[callback])
+        # A grid stops by itself once every point was proposed; TPE gets a bounded number of tries.
+        attempts = self.space_size() + 2 if grid else 3 * goal + 2
+        self.study.optimize(self.objective, n_trials=attempts, callbacks=[callback])
