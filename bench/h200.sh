@@ -3,6 +3,10 @@
 # run the GPU tests (agreement of tuned and default configs included), then benchmark against
 # the peers and measure cold start. Everything lands in $OUT (default ./h200-out).
 #   bash bench/h200.sh [tune|test|bench|all] [trials]
+# Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
+# program takes ~25 s there) and pack it to travel with the call:
+#   TILELANG_CACHE_DIR=$PWD/.tlcache tileops-tune --arch sm90 --op gdn --compile-only --trials 12
+#   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
 OUT=${OUT:-h200-out}
 STEP=${1:-all}
