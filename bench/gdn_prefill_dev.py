@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
 from tileops.kernels.gdn.prefill import GDNPrefillConfig, default  # noqa: E402
-from tuner.presets import _MIXED16 as PRESET_MIXED16  # noqa: E402
+from tuner.presets import PRESETS  # noqa: E402
 
 SMS = 132
 
@@ -108,7 +108,8 @@ BENCH = [
     Case("B1 T32768 HV32", BF, 16, 32, 128, batch=1, seq_len=32768),
     Case("B8 T4096 HV32", BF, 16, 32, 128, batch=8, seq_len=4096),
     Case("B4 T8192 HV16", BF, 16, 16, 128, batch=4, seq_len=8192),
-    Case("varlen16 T32768 HV32", BF, 16, 32, 128, lens=PRESET_MIXED16),
+    Case("varlen16 T32768 HV32", BF, 16, 32, 128,
+         lens=next(c.seqlens for c in PRESETS["qwen3-next"]["gdn"] if c.seqlens)),
 ]
 # Besides the default (the widest V tile that fills the GPU): narrower or deeper alternatives.
 BENCH_CONFIGS = {
