@@ -5,7 +5,9 @@
 #   bash bench/h200.sh [tune|test|bench|all] [trials]
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
-#   TILELANG_CACHE_DIR=$PWD/.tlcache tileops-tune --arch sm90 --op gdn --compile-only --trials 12
+#   export TILELANG_CACHE_DIR=$PWD/.tlcache
+#   tileops-tune --arch sm90 --op gdn --compile-only --trials 12   # the tuning run's candidates
+#   tileops-db warm --arch sm90                                    # the shipped winners
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
 OUT=${OUT:-h200-out}

@@ -21,7 +21,7 @@ from rich.table import Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from db import migrate
-from db.engine import display_url, make_engine, resolve_url
+from db.engine import display_url, make_engine, resolve_url, sqlite_path
 from db.errors import StoreError
 from db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
 from db.models import WINNER_SOURCES
@@ -238,7 +238,11 @@ def prune(db: Db = None,
 
 
 @app.command()
-def warm(db: Db = None) -> None:
+def warm(db: Db = None,
+         arch: Annotated[Optional[str], typer.Option(
+             help="Compile for this architecture instead of this machine's device (e.g. sm90 on a CPU "
+                  "machine with nvcc), to fill a compile cache that travels to the GPU machine.")] = None,
+         ) -> None:
     """Compile this device's winners (the database's, then the shipped snapshot's for the keys the
     database lacks) ahead of time, so the first op call does not wait."""
     from tileops.device import current_arch
@@ -249,9 +253,14 @@ def warm(db: Db = None) -> None:
         fail(f"cannot warm: dispatch.warm.compile_winner is not available ({describe(error)})")
     from dispatch.snapshot import shipped_winners
 
-    arch = current_arch()
-    with TuningStore(db, readonly=True) as store:
-        rows = store.winners(arch=arch)
+    arch = arch or current_arch()
+    path = sqlite_path(resolve_url(db))
+    if path is not None and not path.exists():  # a fresh install: the shipped snapshot alone
+        out.print(f"no tuning database at {path}: warming the shipped snapshot only")
+        rows = []
+    else:
+        with TuningStore(db, readonly=True) as store:
+            rows = store.winners(arch=arch)
     # The shipped snapshot serves every key the database does not: its winners are warmed too.
     own_keys = {record_key(row) for row in rows}
     rows += [row for row in shipped_winners(arch) if record_key(row) not in own_keys]

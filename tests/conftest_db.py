@@ -134,7 +134,7 @@ _WITH_TINY_KERNEL = ("import conftest_db as h; h.isolate_registry(h.make_tiny_ke
                      "import cli.db; cli.db.main()")
 
 
-def run_cli(*args: str, with_tiny_kernel: bool = False) -> subprocess.CompletedProcess:
+def run_cli(*args: str, with_tiny_kernel: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m cli.db ARGS`` from the repository root (or the same main with the test
     kernel registered), output captured as text on a wide terminal."""
     env = dict(os.environ, COLUMNS="250", NO_COLOR="1",
@@ -142,4 +142,4 @@ def run_cli(*args: str, with_tiny_kernel: bool = False) -> subprocess.CompletedP
     env.pop("TILEOPS_DB", None)
     command = ["-c", _WITH_TINY_KERNEL] if with_tiny_kernel else ["-m", "cli.db"]
     return subprocess.run([sys.executable, *command, *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=timeout)

@@ -1,6 +1,7 @@
 """tileops-db driven as a real subprocess: upgrade, show, export, import, diff and prune; warm
 in-process with a stand-in compiler (the real one needs a GPU)."""
 
+import shutil
 import sys
 import types
 
@@ -144,6 +145,31 @@ def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_u
     assert result.exit_code == 0, result.output
     assert compiled == [1.0, 3.0]
     assert "compiled 2 of 2 winners for cpu" in result.output
+
+
+def test_warm_for_another_arch_picks_that_archs_winners(sqlite_url, tiny_kernel, monkeypatch):
+    from cli.db import app
+
+    compiled = []
+    monkeypatch.setitem(sys.modules, "dispatch.warm",
+                        types.SimpleNamespace(compile_winner=lambda record: compiled.append(record.arch)))
+    current = tiny_kernel.source_hash
+    fill(sqlite_url, make_winner(arch="cpu", source_hash=current), make_winner(arch="sm90", source_hash=current))
+    result = CliRunner().invoke(app, ["warm", "--db", sqlite_url, "--arch", "sm90"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert compiled[0] == "sm90" and "cpu" not in compiled
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is needed to compile for sm_90a")
+def test_warm_compiles_the_shipped_sm90_winners_on_a_machine_without_a_gpu(tmp_path):
+    from dispatch.snapshot import shipped_winners
+
+    shipped = shipped_winners("sm90")
+    if not shipped:
+        pytest.skip("no sm90 snapshot ships")
+    result = run_cli("warm", "--db", str(tmp_path / "empty.db"), "--arch", "sm90", timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert f"compiled {len(shipped)} of {len(shipped)} winners for sm90" in result.stdout
 
 
 @pytest.mark.parametrize("args", [["show", "--db", "postgresql://nobody@127.0.0.1:1/x"],

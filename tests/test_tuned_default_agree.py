@@ -8,17 +8,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
-from dataclasses import replace
 from importlib import resources
 
 import pytest
-import torch
 
 from db.jsonl import read_winners
 from db.validate import check_winner
 from tileops.device import current_arch
 from tileops.kernels.registry import get_kernel
-from tuner.cases import Case, make_inputs, make_op
+from tuner.cases import Case, make_inputs, make_op, spec_for_arch
 from tuner.evaluate import gate_case
 from tuner.gate import TOLERANCE, worst_error
 
@@ -59,9 +57,7 @@ def _compiles_for_its_arch(record) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is absent: the compile check of a GPU winner needs it")
     kernel = get_kernel(record.kernel)
-    case = Case.from_json(record.call).smallest().on("cpu")
-    spec, _ = make_op(case).describe(*make_inputs(case, seed=0))
-    spec = replace(spec, device=torch.device("cuda", 0), arch=record.arch, device_name=record.device_name)
+    spec = spec_for_arch(Case.from_json(record.call).smallest(), record.arch, record.device_name)
     assert kernel.build(kernel.validate_config(record.config, spec), spec) is not None
 
 

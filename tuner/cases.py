@@ -111,3 +111,12 @@ def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> t
     out = [extras[0].to(device=device, dtype=fp), None if cu is None else cu.to(device), extras[2]]
     out += [None if x is None else x.to(device=device, dtype=fp) for x in extras[3:]]
     return tuple(cast + out)
+
+
+def spec_for_arch(case: Case, arch: str, device_name: Optional[str] = None) -> Any:
+    """The CallSpec of ``case`` as an ``arch`` GPU would describe it, worked out on the CPU: what
+    building a kernel for that GPU needs on a machine without one (compiling ahead of time)."""
+    cpu_case = case.on("cpu")
+    spec, _ = make_op(cpu_case).describe(*make_inputs(cpu_case, seed=0))
+    return replace(spec, device=torch.device("cuda", 0), arch=arch,
+                   device_name=device_name if device_name is not None else spec.device_name)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import replace
 
-import torch
 
 from tileops.kernels.registry import get_kernel
-from tuner.cases import Case, make_inputs, make_op
+from tuner.cases import Case, spec_for_arch
 from tuner.evaluate import Job, Outcome
 
 
@@ -23,9 +21,7 @@ class CompileOnlyWorker:
         self.arch = arch
 
     def evaluate(self, job: Job) -> Outcome:
-        case = Case.from_json(job.case).smallest().on("cpu")
-        spec, _ = make_op(case).describe(*make_inputs(case, job.seed))
-        spec = replace(spec, device=torch.device("cuda", 0), arch=self.arch)
+        spec = spec_for_arch(Case.from_json(job.case).smallest(), self.arch)
         kernel = get_kernel(job.kernel)
         start = time.perf_counter()
         try:
