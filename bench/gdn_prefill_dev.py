@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
 from tileops.kernels.gdn.prefill import GDNPrefillConfig, default  # noqa: E402
+from tuner.gate import in_float64, relative_error  # noqa: E402
 from tuner.presets import PRESETS  # noqa: E402
 
 SMS = 132
@@ -59,10 +60,14 @@ class Case:
     def tokens(self) -> int:
         return sum(self.lens) if self.varlen else self.seq_len
 
+    def op_flags(self) -> dict:
+        """GDNFwdOp's constructor arguments for this case."""
+        return dict(scale=self.dim ** -0.5, use_qk_l2norm_in_kernel=self.l2norm,
+                    use_beta_sigmoid_in_kernel=self.sigmoid, allow_neg_eigval=self.neg_eigval,
+                    state_v_first=self.v_first, use_gate_in_kernel=self.gate)
+
     def spec(self) -> CallSpec:
-        flags = make_flags(scale=self.dim ** -0.5, use_qk_l2norm_in_kernel=self.l2norm,
-                           use_beta_sigmoid_in_kernel=self.sigmoid, allow_neg_eigval=self.neg_eigval,
-                           state_v_first=self.v_first, use_gate_in_kernel=self.gate)
+        flags = make_flags(**self.op_flags())
         return CallSpec(op="gdn", entry="GDNFwdOp", mode="varlen" if self.varlen else "prefill",
                         dtype=self.dtype, device=torch.device("cuda"), arch="sm90", device_name="NVIDIA H200",
                         batch=len(self.lens) if self.varlen else self.batch, tokens=self.tokens,
@@ -191,27 +196,10 @@ def make_inputs(case: Case, gen: torch.Generator) -> dict:
 
 
 def reference(case: Case, x: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    from tileops.reference import beta_transform, gdn_gate, l2norm, recurrent_delta_rule
+    """(o, final_state) of the float64 reference op on the same arguments."""
+    from tileops.linear_attention import GDNFwdOp
 
-    f64 = torch.float64
-    q, k, v = (x[n].to(f64) for n in ("q", "k", "v"))
-    if case.l2norm:
-        q, k = l2norm(q), l2norm(k)
-    beta = beta_transform(x["beta"].to(f64), sigmoid=case.sigmoid, neg_eigval=case.neg_eigval)
-    g = gdn_gate(x["g"].to(f64), x["A_log"].to(f64), x["dt_bias"].to(f64)) if case.gate else x["g"].to(f64)
-    h0 = x["initial_state"]
-    if h0 is not None:
-        h0 = (h0.mT if case.v_first else h0).to(f64)
-    o, ht = recurrent_delta_rule(q, k, v, beta, g, scale=case.dim ** -0.5, initial_state=h0,
-                                 cu_seqlens=x["cu_seqlens"])
-    return o, (ht.mT if case.v_first else ht)
-
-
-def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    if not torch.isfinite(out).all():
-        return float("nan")
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+    return GDNFwdOp(**case.op_flags(), target="reference")(*in_float64(args_of(x)))
 
 
 def args_of(x: dict) -> tuple:
@@ -237,7 +225,7 @@ def run_checks() -> list[str]:
                 o, ht = launcher(*args_of(x))
                 torch.cuda.synchronize()
                 ro, rh = reference(c, x)
-                errs.append((rel(o, ro), rel(ht, rh)))
+                errs.append((relative_error(o, ro), relative_error(ht, rh)))
             rows.append(f"{case.name} | {case.cfg().to_json()} | {errs[0][0]:.2e} | {errs[0][1]:.2e} | {errs[1][0]:.2e}")
         except Exception as err:  # report and go on to the next case
             rows.append(f"{case.name} | FAILED {type(err).__name__}: {str(err).splitlines()[-1][:200]}")

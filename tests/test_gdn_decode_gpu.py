@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.reference import beta_transform, gdn_gate, l2norm, recurrent_delta_rule
+from tileops.linear_attention import GDNFwdOp
+from tuner.gate import in_float64, relative_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -38,6 +39,12 @@ class Case:
     gate: bool = False
     has_state: bool = True
     fp32_params: bool = True  # g, beta, A_log, dt_bias in fp32 (else in the token dtype)
+
+    def op_flags(self) -> dict:
+        """GDNFwdOp's constructor arguments for this case."""
+        return dict(scale=self.dim ** -0.5, use_qk_l2norm_in_kernel=self.l2norm,
+                    use_beta_sigmoid_in_kernel=self.sigmoid, allow_neg_eigval=self.neg_eigval,
+                    state_v_first=self.v_first, use_gate_in_kernel=self.gate)
 
     @property
     def name(self) -> str:
@@ -85,10 +92,7 @@ def make_spec(case: Case, batch: int) -> CallSpec:
         op="gdn", entry="GDNFwdOp", mode="decode", dtype=case.dtype, device=device, arch=arch,
         device_name=name, batch=batch, tokens=1, heads=HEADS, value_heads=HEADS * case.group,
         dim_k=case.dim, dim_v=case.dim,
-        flags=make_flags(scale=case.dim ** -0.5, use_qk_l2norm_in_kernel=case.l2norm,
-                         use_beta_sigmoid_in_kernel=case.sigmoid, allow_neg_eigval=case.neg_eigval,
-                         state_v_first=case.v_first, use_gate_in_kernel=case.gate,
-                         has_initial_state=case.has_state))
+        flags=make_flags(**case.op_flags(), has_initial_state=case.has_state))
 
 
 def make_inputs(case: Case, batch: int, seed: int) -> dict:
@@ -120,26 +124,10 @@ def make_inputs(case: Case, batch: int, seed: int) -> dict:
 
 
 def reference(case: Case, args: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, final_state) in float64 through tileops.reference, in the call's state layout."""
-    def up(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        return None if x is None else x.detach().cpu().to(F64)
-
-    q, k = up(args["q"]), up(args["k"])
-    if case.l2norm:
-        q, k = l2norm(q), l2norm(k)
-    g = gdn_gate(up(args["g"]), up(args["A_log"]), up(args["dt_bias"])) if case.gate else up(args["g"])
-    beta = beta_transform(up(args["beta"]), sigmoid=case.sigmoid, neg_eigval=case.neg_eigval)
-    state = up(args["initial_state"])
-    if state is not None and case.v_first:
-        state = state.transpose(-1, -2)
-    o, final = recurrent_delta_rule(q, k, up(args["v"]), beta, g, scale=case.dim ** -0.5, initial_state=state)
-    return o, final.transpose(-1, -2) if case.v_first else final
-
-
-def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖x − ref‖ / ‖ref‖ in float64 (NaN when x holds a NaN)."""
-    x = x.detach().cpu().to(F64)
-    return ((x - ref).norm() / ref.norm()).item()
+    """(o, final_state) of the float64 reference op on the same arguments, in the call's state layout."""
+    op = GDNFwdOp(**case.op_flags(), target="reference")
+    return op(*in_float64((args["q"], args["k"], args["v"], args["g"], args["beta"], args["initial_state"],
+                           None, None, args["A_log"], args["dt_bias"])))
 
 
 def poison_allocator(device: torch.device) -> None:
@@ -176,7 +164,7 @@ def run_case(case: Case, batch: int = 3, config: Optional[tuple[int, int, int]] 
     o_ref, state_ref = reference(case, args)
     assert o.shape == o_ref.shape and o.dtype == case.dtype
     assert state.shape == state_ref.shape and state.dtype == torch.float32
-    return rel_error(o, o_ref), rel_error(state, state_ref)
+    return relative_error(o, o_ref), relative_error(state, state_ref)
 
 
 def assert_close(case: Case, errors: tuple[float, float]) -> None:
@@ -231,7 +219,7 @@ def test_strided_inputs():
     strided = dict(args, q=wide[:, :, :HEADS], k=wide[:, :, HEADS:])
     o, state = call(launch, strided)
     o_ref, state_ref = reference(case, args)
-    assert_close(case, (rel_error(o, o_ref), rel_error(state, state_ref)))
+    assert_close(case, (relative_error(o, o_ref), relative_error(state, state_ref)))
 
 
 def test_cuda_graph_replay():
@@ -250,7 +238,7 @@ def test_cuda_graph_replay():
         graph.replay()
         torch.cuda.synchronize()
         o_ref, state_ref = reference(case, fresh)
-        assert_close(case, (rel_error(o, o_ref), rel_error(state, state_ref)))
+        assert_close(case, (relative_error(o, o_ref), relative_error(state, state_ref)))
 
 
 def test_variant_compiled_on_first_use():

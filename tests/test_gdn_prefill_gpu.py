@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.gdn.prefill import default, refuse
+from tileops.linear_attention import GDNFwdOp
+from tuner.gate import in_float64, relative_error
 
 pytestmark = [
     pytest.mark.gpu,
@@ -39,27 +41,19 @@ def inputs(gen, B, T, H, HV, D, dtype, *, n, init, logits, gate):
     return [x.to(dtype) for x in (q, k, v, g, beta)], h0, a_log, dt_bias
 
 
-def reference(q, k, v, g, beta, h0, a_log, dt_bias, cu, spec):
-    from tileops.reference import beta_transform, gdn_gate, l2norm, recurrent_delta_rule
+OP_FLAGS = ("scale", "use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval",
+            "state_v_first", "use_gate_in_kernel")
 
-    f64 = torch.float64
-    q, k, v, g, beta = (x.to(f64) for x in (q, k, v, g, beta))
-    if spec.flag("use_qk_l2norm_in_kernel"):
-        q, k = l2norm(q), l2norm(k)
-    beta = beta_transform(beta, sigmoid=spec.flag("use_beta_sigmoid_in_kernel"),
-                          neg_eigval=spec.flag("allow_neg_eigval"))
-    if spec.flag("use_gate_in_kernel"):
-        g = gdn_gate(g, a_log.to(f64), dt_bias.to(f64))
-    v_first = spec.flag("state_v_first")
-    if h0 is not None:
-        h0 = (h0.mT if v_first else h0).to(f64)
-    o, ht = recurrent_delta_rule(q, k, v, beta, g, scale=spec.flag("scale"), initial_state=h0, cu_seqlens=cu)
-    return o, (ht.mT if v_first else ht)
+
+def reference(q, k, v, g, beta, h0, a_log, dt_bias, cu, spec):
+    """(o, final_state) of the float64 reference op on the same arguments."""
+    op = GDNFwdOp(**{name: spec.flag(name) for name in OP_FLAGS if spec.flag(name) is not None}, target="reference")
+    return op(*in_float64((q, k, v, g, beta, h0, cu, None, a_log, dt_bias)))
 
 
 def rel(out, ref):
     assert torch.isfinite(out).all()
-    return float((out.double() - ref).norm() / ref.norm())
+    return relative_error(out, ref)
 
 
 CASES = [

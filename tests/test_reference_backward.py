@@ -4,10 +4,7 @@ import pytest
 import torch
 
 from tileops.reference import chunk_delta_rule, deltanet_chunk_backward, gla_chunk_backward, recurrent_delta_rule
-
-
-def rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
+from tuner.gate import relative_error as rel
 
 
 def naive_grads(inputs, forward, cotangents):

@@ -6,13 +6,10 @@ import pytest
 import torch
 
 from tileops.reference import chunk_delta_rule, chunk_gla, deltanet_chunk_forward, recurrent_delta_rule
+from tuner.gate import relative_error as rel
 
 FAMILIES = {"deltanet": (None, True), "gdn": ("scalar", True), "kda": ("channel", True), "gla": ("channel", False)}
 TOL = 1e-10
-
-
-def rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
 
 
 def random_state(rng, *shape):

@@ -12,6 +12,7 @@ from tileops.kernels.registry import get_kernel
 from tileops.reference import (chunk_gla, deltanet_chunk_backward, deltanet_chunk_forward, gdn_gate,
                                gla_chunk_backward, kda_gate, l2norm, recurrent_delta_rule)
 from tileops.targets import REFERENCE, kernel_names
+from tuner.gate import relative_error as rel
 
 FAMILY = {"DeltaNet": "deltanet", "GDN": "gdn", "KDA": "kda", "GLA": "gla"}
 INFERENCE = {"DeltaNetFwdOp": None, "GDNFwdOp": "scalar", "KDAFwdOp": "channel", "GLAFwdOp": "channel"}
@@ -26,10 +27,6 @@ def spec_for(entry, mode, dtype=torch.float64, **flags):
     return CallSpec(op=family_of(entry), entry=entry, mode=mode, dtype=dtype, device=torch.device("cpu"),
                     arch="cpu", device_name="cpu", batch=1, tokens=1, heads=1, value_heads=1, dim_k=1, dim_v=1,
                     flags=make_flags(**flags))
-
-
-def rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
 
 
 def configs(kernel):

@@ -5,12 +5,9 @@ import torch
 
 from tileops.reference import (beta_transform, delta_rule_step, gdn_gate, gla_step, kda_gate, l2norm,
                                recurrent_delta_rule, recurrent_gla)
+from tuner.gate import relative_error as rel
 
 FAMILIES = {"deltanet": (None, True), "gdn": ("scalar", True), "kda": ("channel", True), "gla": ("channel", False)}
-
-
-def rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
 
 
 def direct_loop(q, k, v, beta, g, scale, state):

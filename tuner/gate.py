@@ -18,6 +18,12 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-300))
 
 
+def in_float64(args: tuple) -> tuple:
+    """Call arguments for the float64 reference: floating tensors up-cast, the rest as given."""
+    return tuple(a.detach().to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                 for a in args)
+
+
 def worst_error(outputs: tuple, references: tuple) -> float:
     """The largest relative error over every output tensor of an op."""
     return max(relative_error(o, r) for o, r in zip(outputs, references))
