@@ -108,9 +108,15 @@ def test_prune_deletes_only_what_dispatch_cannot_use(sqlite_url, tiny_kernel):
         assert [r.bucket_tokens for r in store.winners()] == [12]
 
 
-def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_url, tiny_kernel, monkeypatch):
+def warm_with(monkeypatch, compile_winner, *args: str):
+    """``tileops-db warm ARGS`` in-process, with ``compile_winner`` standing in for the compiler."""
     from cli.db import app
 
+    monkeypatch.setitem(sys.modules, "dispatch.warm", types.SimpleNamespace(compile_winner=compile_winner))
+    return CliRunner().invoke(app, ["warm", *args], env={"COLUMNS": "250"})
+
+
+def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_url, tiny_kernel, monkeypatch):
     compiled = []
 
     def compile_winner(record):
@@ -118,11 +124,10 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
             raise RuntimeError("nvcc exploded")
         compiled.append(record.bucket_tokens)
 
-    monkeypatch.setitem(sys.modules, "dispatch.warm", types.SimpleNamespace(compile_winner=compile_winner))
     current = tiny_kernel.source_hash
     fill(sqlite_url, *(make_winner(arch="cpu", bucket_tokens=b, source_hash=current) for b in (1, 2, 3)),
          make_winner(arch="cpu", bucket_tokens=4), make_winner(arch="sm90", source_hash=current))
-    result = CliRunner().invoke(app, ["warm", "--db", sqlite_url], env={"COLUMNS": "250"})
+    result = warm_with(monkeypatch, compile_winner, "--db", sqlite_url)
     assert result.exit_code == 1
     assert compiled == [1, 3]
     assert "compiled 2 of 3 winners for cpu (1 unusable rows skipped)" in result.output
@@ -131,31 +136,24 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
 
 def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_url, tiny_kernel, monkeypatch):
     import dispatch.snapshot
-    from cli.db import app
 
     compiled = []
-    monkeypatch.setitem(sys.modules, "dispatch.warm",
-                        types.SimpleNamespace(compile_winner=lambda record: compiled.append(record.time_ms)))
     current = tiny_kernel.source_hash
     fill(sqlite_url, make_winner(arch="cpu", bucket_tokens=1, source_hash=current, time_ms=1.0))
     shipped = (make_winner(arch="cpu", bucket_tokens=1, source_hash=current, time_ms=2.0),  # the database's key
                make_winner(arch="cpu", bucket_tokens=5, source_hash=current, time_ms=3.0))
     monkeypatch.setattr(dispatch.snapshot, "shipped_winners", lambda arch: shipped if arch == "cpu" else ())
-    result = CliRunner().invoke(app, ["warm", "--db", sqlite_url], env={"COLUMNS": "250"})
+    result = warm_with(monkeypatch, lambda record: compiled.append(record.time_ms), "--db", sqlite_url)
     assert result.exit_code == 0, result.output
     assert compiled == [1.0, 3.0]
     assert "compiled 2 of 2 winners for cpu" in result.output
 
 
 def test_warm_for_another_arch_picks_that_archs_winners(sqlite_url, tiny_kernel, monkeypatch):
-    from cli.db import app
-
     compiled = []
-    monkeypatch.setitem(sys.modules, "dispatch.warm",
-                        types.SimpleNamespace(compile_winner=lambda record: compiled.append(record.arch)))
     current = tiny_kernel.source_hash
     fill(sqlite_url, make_winner(arch="cpu", source_hash=current), make_winner(arch="sm90", source_hash=current))
-    result = CliRunner().invoke(app, ["warm", "--db", sqlite_url, "--arch", "sm90"], env={"COLUMNS": "250"})
+    result = warm_with(monkeypatch, lambda record: compiled.append(record.arch), "--db", sqlite_url, "--arch", "sm90")
     assert result.exit_code == 0, result.output
     assert compiled[0] == "sm90" and "cpu" not in compiled
 
