@@ -53,8 +53,9 @@ def runner(peer: str, case: dict):
 
     op = GDNFwdOp()
     x["g"], x["beta"] = x["g"].to(x["q"].dtype), x["beta"].to(x["q"].dtype)  # it takes them in the token dtype
-    cu_cpu = None if x["cu"] is None else x["cu"].cpu()
-    return lambda: op(x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"], x["cu"], cu_cpu)
+    cu = None if x["cu"] is None else x["cu"].long()  # TileOPs 0.1.0 takes int64 offsets only
+    cu_cpu = None if cu is None else cu.cpu()
+    return lambda: op(x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"], cu, cu_cpu)
 
 
 def main() -> None:

@@ -54,9 +54,21 @@ def test_default_is_valid_and_splits_v_when_few_sequences():
         kernel.validate_config(default(call), call)
 
 
+def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sms():
+    # 32 walks x 2 tiles = 64 CTAs: key-major, 32-wide; 64 walks x 2 = 128: value-major, prefetching.
+    few, some, many = default(spec(batch=1)), default(spec(batch=2)), default(spec(batch=8))
+    assert (few.state_major, few.block_v) == ("key", 32)
+    assert (some.state_major, some.block_v, some.threads, some.num_stages) == ("value", 64, 128, 2)
+    assert (many.state_major, many.num_stages) == ("value", 1)
+
+
 @pytest.mark.parametrize("config, dim, words", [
     (dict(block_v=128), 64, "does not divide"),
     (dict(block_v=128, threads=128), 128, "state cells"),
+    (dict(state_major="value", block_v=32, threads=128), 128, "one warpgroup"),
+    (dict(state_major="value", block_v=64, threads=256), 128, "threads = 2 \\* block_v"),
+    (dict(state_major="value", block_v=128, threads=256, min_blocks=2), 128, "registers"),
+    (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2), 128, "shared memory"),
 ])
 def test_config_constraints(config, dim, words):
     kernel = get_kernel("tl.gdn_prefill")
@@ -93,3 +105,6 @@ def test_varlen_with_every_transform_compiles():
     prep, chain = compile_both(call, config)
     assert "cu_seqlens" in prep.get_kernel_source() and "cu_seqlens" in chain.get_kernel_source()
     assert "int nseq" in chain.get_kernel_source()
+    # The value-major chain of the same call: its products take the state from registers.
+    value_major = compile_both(call, GDNPrefillConfig(state_major="value", block_v=64, threads=128))[1]
+    assert "wgmma_rs" in value_major.get_kernel_source()

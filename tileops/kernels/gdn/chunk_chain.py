@@ -1,4 +1,4 @@
-"""Second pass of the GDN prefill: the sequential state chain and the outputs, chunk by chunk.
+"""Second pass of the GDN prefill, key-major: the state chain and the outputs, chunk by chunk.
 
 One CTA per (V tile, value head, sequence) walks the C-token windows that its sequence touches,
 in order, with the state tile S (K × block_v, fp32) in registers; rows of a window outside the
@@ -14,23 +14,20 @@ Columns of V never interact, so V tiles multiply the CTAs of the chain.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
+from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader
+
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, varlen: bool, state_v_first: bool, threads: int,
                   num_stages: int, min_blocks: int = 1):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
-    Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
-    (int32, [N+1]) bounds the sequences. ``has_init`` (0 or 1) says whether ``h0`` holds an
-    initial state; without one, pass any tensor of the state's shape (it is not read).
-    Grid: (V / block_v, HV, N); ``min_blocks`` CTAs are asked to share an SM.
+    Arguments and grid: ``chain_entry.chain_kernel``; ``min_blocks`` CTAs are asked to share an SM.
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     group = HV // H
     accum = "float32"
-    tokens = T.dynamic("tokens")
-    nseq = T.dynamic("nseq")
-    state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
+    load_chunk = chunk_loader(C, BV)
 
     @T.macro
     def load_state(h0, s_f, n, hv, v0, has_init):
@@ -77,12 +74,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         windows = T.if_then_else(eos > bos, T.ceildiv(eos, C) - w0, 0)
         for c in T.Pipelined(windows, num_stages=num_stages):
             t0 = (w0 + c) * C
-            T.copy(q[t0:t0 + C, h, :], q_s)
-            T.copy(k[t0:t0 + C, h, :], k_s)
-            T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s)
-            T.copy(tp[hv, t0:t0 + C, :], tp_s)
-            T.copy(m[hv, t0:t0 + C, :], m_s)
-            T.copy(f[:, hv, t0:t0 + C], f_s)
+            load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s, tp_s, m_s, f_s, t0, h, hv, v0)
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
 
@@ -107,39 +99,5 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                     o[t0 + i, hv, v0 + j] = o_s[i, j]
         store_state(ht, s_f, n, hv, v0)
 
-    if varlen:
-        @T.prim_func
-        def chain(
-            q: T.Tensor([tokens, H, K], dtype),
-            k: T.Tensor([tokens, H, K], dtype),
-            v: T.Tensor([tokens, HV, V], dtype),
-            tp: T.Tensor([HV, tokens, C], dtype),
-            m: T.Tensor([HV, tokens, C], dtype),
-            f: T.Tensor([4, HV, tokens], accum),
-            h0: T.Tensor(state_shape, accum),
-            cu_seqlens: T.Tensor([nseq + 1], "int32"),
-            o: T.Tensor([tokens, HV, V], dtype),
-            ht: T.Tensor(state_shape, accum),
-            has_init: T.int32,
-        ):
-            with T.Kernel(V // BV, HV, nseq, threads=threads) as (bv, hv, n):
-                run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, cu_seqlens[n], cu_seqlens[n + 1], has_init)
-    else:
-        @T.prim_func
-        def chain(
-            q: T.Tensor([tokens, H, K], dtype),
-            k: T.Tensor([tokens, H, K], dtype),
-            v: T.Tensor([tokens, HV, V], dtype),
-            tp: T.Tensor([HV, tokens, C], dtype),
-            m: T.Tensor([HV, tokens, C], dtype),
-            f: T.Tensor([4, HV, tokens], accum),
-            h0: T.Tensor(state_shape, accum),
-            o: T.Tensor([tokens, HV, V], dtype),
-            ht: T.Tensor(state_shape, accum),
-            seq_len: T.int32,
-            has_init: T.int32,
-        ):
-            with T.Kernel(V // BV, HV, nseq, threads=threads) as (bv, hv, n):
-                run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, n * seq_len, (n + 1) * seq_len, has_init)
-
-    return chain
+    return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
+                        varlen=varlen, state_v_first=state_v_first, threads=threads)

@@ -150,14 +150,18 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
 
         T.gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
         T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
-        # One pass over the pairs: the decay e^{γ_i − γ_j} and the masks serve A, its lower-left
-        # block L and M alike.
+        # One pass over the pairs: the decay e^{γ_i − γ_j} and the masks serve A and M alike. It
+        # writes registers only, so the compiler keeps each row's and column's factors in
+        # registers instead of reloading them after every store to shared memory.
         for i, j in T.Parallel(C, C):
             decay = T.if_then_else(j <= i and seg_s[i] == seg_s[j], T.exp(gam_s[i] - gam_s[j]) * rk_s[j], 0.0)
-            a_s[i, j] = T.if_then_else(j < i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
-            l_s[i, j] = T.if_then_else(j < half and half <= i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
+            a_f[i, j] = T.if_then_else(j < i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
+            qk_f[i, j] = (scale * rq_s[i]) * decay * qk_f[i, j]
+        for i, j in T.Parallel(C, C):
+            a_s[i, j] = a_f[i, j]
+            l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
             if t0 + i < tokens:
-                m_out[hv, t0 + i, j] = (scale * rq_s[i]) * decay * qk_f[i, j]
+                m_out[hv, t0 + i, j] = qk_f[i, j]
 
         # T = (I + A)⁻¹ by halves: each diagonal half block of D is inverted by forward
         # substitution (one thread per column, the column in registers, each row's sum split in

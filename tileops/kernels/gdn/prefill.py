@@ -2,11 +2,14 @@
 
 1. ``chunk_prep``: per (value head, 64-token window), fully parallel: input transforms, γ, the
    WY solve T' = (I + A)⁻¹ diag(β), the chunk's masked attention M and the per-row decays.
-2. ``chunk_chain``: per (V tile, value head, sequence), sequential over the sequence's chunks:
-   Δ = T'(V − e^γ K S), the outputs and the state update, S in registers.
+2. the chain: per (V tile, value head, sequence), sequential over the sequence's chunks:
+   Δ = T'(V − e^γ K S), the outputs and the state update, the state in registers. Two layouts
+   of it: key-major (``chunk_chain``: S, K × block_v, any V tile down to 32 columns, so a few
+   long sequences still fill the GPU) and value-major (``chunk_chain_value_major``: Sᵀ, every
+   product reads its left operand from registers; faster once 64-column tiles fill the SMs).
 
-Registers the kernel: its config space (chunk length; the chain's V tile, threads, pipeline depth
-and CTAs per SM), the reasons it turns a call down, its default and ``build``.
+Registers the kernel: its config space (chunk length; the chain's layout, V tile, threads,
+pipeline depth and CTAs per SM), the reasons it turns a call down, its default and ``build``.
 """
 
 from __future__ import annotations
@@ -27,12 +30,17 @@ SMEM_BYTES = 227 * 1024  # opt-in shared memory per block on sm90
 SMEM_SLACK = 8 * 1024  # alignment of TileLang's buffers, not in the estimate below
 MAX_STATE_CELLS = 64  # fp32 state cells per thread of the chain before registers spill
 SMS = 132  # H200 / H100 SXM multiprocessors
+REGISTERS = 65536  # 32-bit registers per SM
+VALUE_MAJOR_REGS = 255  # a value-major chain thread holds Sᵀ, its bf16 copy and four C-wide tiles
+WARPGROUP = 128
 
 
 class GDNPrefillConfig(KernelConfig):
-    """The chain's tiling: ``block_v`` state columns per CTA, its threads, stages and CTAs per SM."""
+    """The chain's layout and tiling: ``block_v`` state columns per CTA, its threads, stages and CTAs
+    per SM. Value-major takes one warpgroup per 64 columns: ``threads`` = 2 · ``block_v``."""
 
     chunk_size: Literal[64] = 64
+    state_major: Literal["key", "value"] = "key"
     block_v: Literal[32, 64, 128] = 64
     threads: Literal[128, 256] = 256
     num_stages: Literal[1, 2] = 2
@@ -49,22 +57,40 @@ class GDNPrefillConfig(KernelConfig):
 
 
 def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
-    """Shared memory of the chain: pipelined inputs per stage plus the per-chunk work tiles."""
+    """Shared memory of the chain: pipelined inputs per stage plus the per-chunk work tiles (the
+    state's copy and four C × block_v tiles key-major; only the output tile value-major)."""
     C, K, BV = config.chunk_size, dim_k, config.block_v
     per_stage = (2 * C * K + C * BV + 2 * C * C) * elem + 4 * C * 4
-    work = (K * BV + 4 * C * BV) * elem
+    work = (K * BV + 4 * C * BV if config.state_major == "key" else C * BV) * elem
     return config.num_stages * per_stage + work + SMEM_SLACK
+
+
+def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
+    """Why the chain's threads cannot hold their share of the state, or None."""
+    if config.state_major == "value":
+        if config.block_v < 64 or config.threads != 2 * config.block_v:
+            return (f"the value-major chain takes one warpgroup (128 threads) per 64 state columns: "
+                    f"block_v 64 or 128 with threads = 2 * block_v, not block_v={config.block_v}, "
+                    f"threads={config.threads}")
+        if config.threads * config.min_blocks * VALUE_MAJOR_REGS > REGISTERS:
+            return (f"{config.min_blocks} value-major CTAs of {config.threads} threads do not fit one SM's "
+                    f"registers; use min_blocks=1 or block_v=64")
+        return None
+    cells = dim_k * config.block_v // config.threads
+    limit = MAX_STATE_CELLS // config.min_blocks
+    if cells > limit:
+        return (f"{config.threads} threads would hold {cells} state cells each (at most {limit} with "
+                f"min_blocks={config.min_blocks}); use more threads or a smaller block_v")
+    return None
 
 
 def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
     """Why ``config`` cannot tile a K x V state, or None."""
     if dim_v % config.block_v:
         return f"block_v={config.block_v} does not divide V={dim_v}"
-    cells = dim_k * config.block_v // config.threads
-    limit = MAX_STATE_CELLS // config.min_blocks
-    if cells > limit:
-        return (f"{config.threads} threads would hold {cells} state cells each (at most {limit} with "
-                f"min_blocks={config.min_blocks}); use more threads or a smaller block_v")
+    problem = register_problem(config, dim_k)
+    if problem:
+        return problem
     smem = chain_smem_bytes(config, dim_k, elem)
     budget = SMEM_BYTES // config.min_blocks
     if smem > budget:
@@ -95,20 +121,27 @@ def refuse(spec: CallSpec) -> Optional[str]:
 
 
 def default(spec: CallSpec) -> GDNPrefillConfig:
-    """A 64-wide V tile, or 32 when fewer than 64 (sequence, value head) walks would leave SMs idle;
-    two lean CTAs per SM (128 threads, no prefetch) once the tiles fill two waves, else one CTA of
-    256 threads with the next chunk prefetched.
+    """Value-major 64-column tiles once they cover half the SMs (prefetching the next chunk while
+    they fit in one wave); otherwise key-major: a 64-wide V tile, or 32 when fewer than 64
+    (sequence, value head) walks would leave SMs idle, two lean CTAs per SM (128 threads, no
+    prefetch) once the tiles fill two waves, else one CTA of 256 threads with prefetch.
 
-    Measured on the H200 (bf16, K = V = 128): 128-wide tiles lost to 64 on every benchmark shape
-    and 16-wide ones lost to 32; the chain's time is set by the chunk walk's latency, which
-    more CTAs per SM hide.
+    Measured on the H200 (bf16, K = V = 128, chain alone): value-major took B8×T4096 HV32 from
+    0.570 to 0.502 ms, 16 mixed sequences from 0.643 to 0.568 and B4×T8192 HV16 (128 tiles) from
+    0.364 to 0.327, and lost B1×T32768 HV32 (64 tiles: 1.315 against 1.088 key-major with
+    32-wide tiles); 128-wide tiles lost to 64 on every shape, 16-wide to 32.
     """
     walks = spec.batch * spec.value_heads
-    block_v = min(spec.dim_v, 64 if walks >= 64 else 32)
-    if walks * (spec.dim_v // block_v) >= 2 * SMS:
-        config = GDNPrefillConfig(block_v=block_v, threads=128, num_stages=1)
+    tiles = walks * (spec.dim_v // 64)
+    if 2 * tiles >= SMS:
+        config = GDNPrefillConfig(state_major="value", block_v=64, threads=WARPGROUP,
+                                  num_stages=2 if tiles <= SMS else 1)
     else:
-        config = GDNPrefillConfig(block_v=block_v, threads=256, num_stages=2)
+        block_v = min(spec.dim_v, 64 if walks >= 64 else 32)
+        if walks * (spec.dim_v // block_v) >= 2 * SMS:
+            config = GDNPrefillConfig(block_v=block_v, threads=128, num_stages=1)
+        else:
+            config = GDNPrefillConfig(block_v=block_v, threads=256, num_stages=2)
     if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
         return config
     return GDNPrefillConfig(block_v=32, threads=256, num_stages=1)
@@ -133,5 +166,6 @@ KERNEL = register(KernelDef(
     refuse=refuse,
     default=default,
     modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
-             "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chunk_chain"),
+             "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chunk_chain",
+             "tileops.kernels.gdn.chunk_chain_value_major"),
 ))

@@ -16,7 +16,7 @@ import torch
 import tilelang
 
 from tileops.callspec import CallSpec
-from tileops.kernels.gdn.chunk_chain import chain_program
+from tileops.kernels.gdn import chunk_chain, chunk_chain_value_major
 from tileops.kernels.gdn.chunk_prep import prep_program
 from tileops.kernels.gdn.prefill import GDNPrefillConfig
 
@@ -51,9 +51,12 @@ def compile_prep(config: GDNPrefillConfig, spec: CallSpec):
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 
+CHAINS = {"key": chunk_chain.chain_program, "value": chunk_chain_value_major.chain_program}
+
+
 def compile_chain(config: GDNPrefillConfig, spec: CallSpec):
-    """The state pass for ``spec``."""
-    program = chain_program(
+    """The state pass for ``spec``, in the config's layout."""
+    program = CHAINS[config.state_major](
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
         chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
         varlen=spec.mode == "varlen", state_v_first=bool(spec.flag("state_v_first", False)),
