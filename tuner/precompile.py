@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import traceback
 
-
 from tileops.kernels.registry import get_kernel
 from tuner.cases import Case, spec_for_arch
 from tuner.evaluate import Job, Outcome

@@ -166,6 +166,6 @@ KERNEL = register(KernelDef(
     refuse=refuse,
     default=default,
     modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
-             "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chunk_chain",
-             "tileops.kernels.gdn.chunk_chain_value_major"),
+             "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
+             "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major"),
 ))
