@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict
+from typing import Iterator
 
 _FIRST_CALL = r"""
 import json, time, torch
@@ -33,16 +34,15 @@ def first_call_seconds(case_json: str, env: dict | None = None) -> float:
     return json.loads(proc.stdout.strip().splitlines()[-1])["first_call_s"]
 
 
-def measure_cold_start(cases: list) -> list[tuple[str, float, float]]:
-    """(label, cold s, warm s) per case: each in a fresh process over its own compile cache, first
-    empty, then after `tileops-db warm` compiled the case's config into it."""
+def measure_cold_start(cases: list) -> Iterator[tuple[str, float, float]]:
+    """(label, cold s, warm s) per case, as each is measured: each in a fresh process over its own
+    compile cache, first empty, then after `tileops-db warm` compiled the case's config into it."""
     from db.schemas import WinnerRecord
     from dispatch.key import key_for
     from dispatch.router import route
     from tileops.kernels.registry import get_kernel
     from tuner.cases import make_inputs, make_op
 
-    rows = []
     for case in cases:
         with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as folder:
             env = dict(os.environ, TILELANG_CACHE_DIR=cache, TILEOPS_DB=os.path.join(folder, "tuning.db"))
@@ -54,8 +54,7 @@ def measure_cold_start(cases: list) -> list[tuple[str, float, float]]:
                                   config=chosen.selection.config.model_dump(), time_ms=1.0,
                                   source_hash=get_kernel(chosen.kernel.name).source_hash, call=case.to_json())
             _warm_in_fresh_process(record, env)
-            rows.append((case.label, cold, first_call_seconds(case.to_json(), env)))
-    return rows
+            yield case.label, cold, first_call_seconds(case.to_json(), env)
 
 
 def _warm_in_fresh_process(record, env: dict) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
+from pathlib import Path
 import sqlite3
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -198,3 +201,16 @@ def test_outdated_schema_warns_with_the_upgrade_command(tmp_path, monkeypatch, s
     op, args = call()
     with pytest.warns(RuntimeWarning, match="tileops-db upgrade"):
         op(*args)
+
+
+@pytest.mark.parametrize("arch,imported", [("sm90", True), ("cpu", False)])
+def test_prepare_imports_the_kernels_that_may_serve_the_op_on_that_arch(arch, imported):
+    code = ("import sys\n"
+            "from dispatch.router import prepare\n"
+            "assert 'tileops.kernels.gdn.prefill_launch' not in sys.modules\n"
+            f"prepare('GDNFwdOp', {arch!r})\n"
+            "print('tileops.kernels.gdn.prefill_launch' in sys.modules, 'tilelang' in sys.modules)\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(imported)] * 2

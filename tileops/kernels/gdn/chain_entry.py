@@ -6,14 +6,15 @@ import tilelang.language as T  # no postponed annotations: TileLang evaluates th
 
 def chunk_loader(chunk: int, block_v: int):
     """A macro that copies the chunk at token t0 into shared tiles: q and k of key head h, the V
-    tile at v0 of value head hv, its T' and M rows and its four row factors."""
+    tile at v0 of value head hv (into the first ``block_v`` columns of its padded rows), its T' and
+    M rows and its four row factors."""
     C, BV = chunk, block_v
 
     @T.macro
     def load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s, tp_s, m_s, f_s, t0, h, hv, v0):
         T.copy(q[t0:t0 + C, h, :], q_s)
         T.copy(k[t0:t0 + C, h, :], k_s)
-        T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s)
+        T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s[0:C, 0:BV])
         T.copy(tp[hv, t0:t0 + C, :], tp_s)
         T.copy(m[hv, t0:t0 + C, :], m_s)
         T.copy(f[:, hv, t0:t0 + C], f_s)

@@ -15,6 +15,7 @@ Columns of V never interact, so V tiles multiply the CTAs of the chain.
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader
+from tileops.kernels.gdn.prefill import ROW_PAD
 
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
@@ -52,7 +53,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         v0 = bv * BV
         q_s = T.alloc_shared([C, K], dtype)
         k_s = T.alloc_shared([C, K], dtype)
-        v_s = T.alloc_shared([C, BV], dtype)
+        v_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
         tp_s = T.alloc_shared([C, C], dtype)
         m_s = T.alloc_shared([C, C], dtype)
         f_s = T.alloc_shared([4, C], accum)
@@ -64,7 +65,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         d_s = T.alloc_shared([C, BV], dtype)
         dk_s = T.alloc_shared([C, BV], dtype)
         o_f = T.alloc_fragment([C, BV], accum)
-        o_s = T.alloc_shared([C, BV], dtype)
+        o_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
         if min_blocks > 1:
             T.annotate_min_blocks_per_sm(min_blocks)
 
@@ -93,7 +94,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 s_f[i, j] = s_f[i, j] * f_s[3, hi - 1]
             T.gemm(k_s, dk_s, s_f, transpose_A=True)
             T.copy(s_f, s_s)
-            T.copy(o_f, o_s)
+            T.copy(o_f, o_s[0:C, 0:BV])
             for i, j in T.Parallel(C, BV):
                 if lo <= i and i < hi:
                     o[t0 + i, hv, v0 + j] = o_s[i, j]

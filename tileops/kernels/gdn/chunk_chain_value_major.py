@@ -14,6 +14,7 @@ sequence masked):
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader
+from tileops.kernels.gdn.prefill import ROW_PAD
 
 WARPGROUP_ROWS = 64  # value rows one warpgroup's wgmma covers
 ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in every product
@@ -39,11 +40,11 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         v0 = bv * BV
         q_s = T.alloc_shared([C, K], dtype)
         k_s = T.alloc_shared([C, K], dtype)
-        v_s = T.alloc_shared([C, BV], dtype)
+        v_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
         tp_s = T.alloc_shared([C, C], dtype)
         m_s = T.alloc_shared([C, C], dtype)
         f_s = T.alloc_shared([4, C], accum)
-        o_s = T.alloc_shared([C, BV], dtype)
+        o_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
         s_f = T.alloc_fragment([BV, K], accum)
         s_a = T.alloc_fragment([BV, K], dtype)
         ks_f = T.alloc_fragment([BV, C], accum)

@@ -21,8 +21,10 @@ q, k and v as given and evaluates no transcendental.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
+from tileops.kernels.gdn.prefill import ROW_PAD  # T' and M on their way to whole-row stores
+
 LANES = 8  # partial sums per row of the forward substitution
-PAD = 4  # fp32 words of padding per row of the solve's buffers: conflict-free rows and columns
+PAD = 8  # fp32 words padding each row of A and D⁻¹ in the solve, for the same reason as ROW_PAD
 
 
 def gate_transform(raw, a_log, dt_bias):
@@ -82,7 +84,8 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         dl_s = T.alloc_shared([C, C], dtype)
         y_s = T.alloc_shared([C, C], dtype)
         y_f = T.alloc_fragment([C, C], accum)
-        t_s = T.alloc_shared([C, C], dtype)
+        t_s = T.alloc_shared([C, C + ROW_PAD], dtype)
+        m_s = T.alloc_shared([C, C + ROW_PAD], dtype)
         g_s = T.alloc_shared([C], accum)
         p_s = T.alloc_shared([C], accum)
         gam_s = T.alloc_shared([C], accum)
@@ -160,8 +163,10 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         for i, j in T.Parallel(C, C):
             a_s[i, j] = a_f[i, j]
             l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
+            m_s[i, j] = qk_f[i, j]
+        for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
-                m_out[hv, t0 + i, j] = qk_f[i, j]
+                m_out[hv, t0 + i, j] = m_s[i, j]
 
         # T = (I + A)⁻¹ by halves: each diagonal half block of D is inverted by forward
         # substitution (one thread per column, the column in registers, each row's sum split in

@@ -33,6 +33,9 @@ SMS = 132  # H200 / H100 SXM multiprocessors
 REGISTERS = 65536  # 32-bit registers per SM
 VALUE_MAJOR_REGS = 255  # a value-major chain thread holds Sᵀ, its bf16 copy and four C-wide tiles
 WARPGROUP = 128
+# 16-bit elements padding each row of the tiles a wgmma fragment writes or reads across rows (a
+# warp touches 8 rows at once): 16 bytes shift each row by 4 banks, so those rows hit distinct banks.
+ROW_PAD = 8
 
 
 class GDNPrefillConfig(KernelConfig):
@@ -58,10 +61,12 @@ class GDNPrefillConfig(KernelConfig):
 
 def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
     """Shared memory of the chain: pipelined inputs per stage plus the per-chunk work tiles (the
-    state's copy and four C × block_v tiles key-major; only the output tile value-major)."""
+    state's copy and four C × block_v tiles key-major; only the output tile value-major), the V and
+    output tiles with their padded rows."""
     C, K, BV = config.chunk_size, dim_k, config.block_v
-    per_stage = (2 * C * K + C * BV + 2 * C * C) * elem + 4 * C * 4
-    work = (K * BV + 4 * C * BV if config.state_major == "key" else C * BV) * elem
+    padded = C * (BV + ROW_PAD)  # the V and output tiles
+    per_stage = (2 * C * K + padded + 2 * C * C) * elem + 4 * C * 4
+    work = (K * BV + 3 * C * BV + padded if config.state_major == "key" else padded) * elem
     return config.num_stages * per_stage + work + SMEM_SLACK
 
 

@@ -1,0 +1,97 @@
+"""Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
+build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
+
+    python bench/compile_gpu_tests.py [--jobs N]
+
+The decode kernels compile in seconds and are left to the GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tileops.callspec import CallSpec, make_flags  # noqa: E402
+
+ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
+
+
+def prefill_spec(*, mode, dtype, heads, value_heads, dim, batch, tokens, **flags) -> CallSpec:
+    """The spec ``tests/test_gdn_prefill_gpu.py`` builds, as the H200 describes it."""
+    return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=torch.device("cuda", 0),
+                    arch=ARCH, device_name=DEVICE_NAME, batch=batch, tokens=tokens, heads=heads,
+                    value_heads=value_heads, dim_k=dim, dim_v=dim, flags=make_flags(scale=dim ** -0.5, **flags))
+
+
+def prefill_jobs() -> list[tuple]:
+    """(config, spec) of every launcher the prefill GPU tests make."""
+    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS
+    from tileops.kernels.gdn.prefill import GDNPrefillConfig, default
+
+    jobs = []
+    specs = []
+    for case in CASES:
+        case = dict(case)
+        dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim", "lengths"))
+        specs.append(prefill_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=3,
+                                  tokens=lengths[0], **case))
+    specs.append(prefill_spec(mode="varlen", dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, batch=6,
+                              tokens=899, use_qk_l2norm_in_kernel=True))
+    for spec in specs:
+        for forced in LAYOUTS.values():
+            jobs.append((default(spec) if forced is None else GDNPrefillConfig(**forced), spec))
+    return jobs
+
+
+def op_jobs() -> list[tuple]:
+    """(config, spec) that dispatch picks for the op-level GPU tests' prefill calls."""
+    from dispatch.router import route
+    from tests.test_gdn_op_gpu import CASES
+    from tuner.cases import Case, spec_for_arch
+
+    cases = list(CASES) + [Case("gdn", 1, 397, 2, 4, 64, device="cuda", seqlens=(1, 64, 200, 3, 129))]
+    jobs = []
+    for case in cases:
+        if case.seqlens:
+            case = replace(case, tokens=sum(case.seqlens))
+        spec = spec_for_arch(case, ARCH, DEVICE_NAME)
+        chosen = route("GDNFwdOp", None, spec)
+        if chosen.kernel is not None and chosen.kernel.name == "tl.gdn_prefill":
+            jobs.append((chosen.selection.config, spec))
+    return jobs
+
+
+def build(job: tuple) -> str:
+    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
+
+    config, spec = job
+    compile_prep(config, spec)
+    compile_chain(config, spec)
+    return f"{spec.mode} {spec.dtype} H{spec.heads}/{spec.value_heads} K{spec.dim_k} {config.to_json()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+    jobs, seen = [], set()
+    for config, spec in prefill_jobs() + op_jobs():
+        key = (config.to_json(), spec.program_facts)
+        if key not in seen:
+            seen.add(key)
+            jobs.append((config, spec))
+    print(f"compiling {len(jobs)} prefill builds (first pass and chain) for {ARCH}", flush=True)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for line in pool.map(build, jobs):
+            print("  built", line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
