@@ -18,36 +18,24 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tileops.callspec import CallSpec, make_flags  # noqa: E402
-
 ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
-
-
-def prefill_spec(*, mode, dtype, heads, value_heads, dim, batch, tokens, **flags) -> CallSpec:
-    """The spec ``tests/test_gdn_prefill_gpu.py`` builds, as the H200 describes it."""
-    return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=torch.device("cuda", 0),
-                    arch=ARCH, device_name=DEVICE_NAME, batch=batch, tokens=tokens, heads=heads,
-                    value_heads=value_heads, dim_k=dim, dim_v=dim, flags=make_flags(scale=dim ** -0.5, **flags))
 
 
 def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
-    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS
+    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS, call_spec
     from tileops.kernels.gdn.prefill import GDNPrefillConfig, default
 
-    jobs = []
     specs = []
     for case in CASES:
         case = dict(case)
         dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim", "lengths"))
-        specs.append(prefill_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=3,
-                                  tokens=lengths[0], **case))
-    specs.append(prefill_spec(mode="varlen", dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, batch=6,
-                              tokens=899, use_qk_l2norm_in_kernel=True))
-    for spec in specs:
-        for forced in LAYOUTS.values():
-            jobs.append((default(spec) if forced is None else GDNPrefillConfig(**forced), spec))
-    return jobs
+        specs.append(call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=3,
+                               tokens=lengths[0], device_name=DEVICE_NAME, **case))
+    specs.append(call_spec(mode="varlen", dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, batch=6,
+                           tokens=899, device_name=DEVICE_NAME, use_qk_l2norm_in_kernel=True))
+    return [(default(spec) if forced is None else GDNPrefillConfig(**forced), spec)
+            for spec in specs for forced in LAYOUTS.values()]
 
 
 def op_jobs() -> list[tuple]:

@@ -20,9 +20,10 @@ pytestmark = [
 TOL = 2e-2  # bf16 / fp16 operands in every product, fp32 accumulation and state
 
 
-def call_spec(*, mode, dtype, heads, value_heads, dim, batch, tokens, **flags) -> CallSpec:
+def call_spec(*, mode, dtype, heads, value_heads, dim, batch, tokens, device_name=None, **flags) -> CallSpec:
+    """The sm90 call; ``device_name`` defaults to this machine's GPU (given, it needs none)."""
     return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=torch.device("cuda"),
-                    arch="sm90", device_name=torch.cuda.get_device_name(), batch=batch, tokens=tokens,
+                    arch="sm90", device_name=device_name or torch.cuda.get_device_name(), batch=batch, tokens=tokens,
                     heads=heads, value_heads=value_heads, dim_k=dim, dim_v=dim,
                     flags=make_flags(scale=dim ** -0.5, **flags))
 
