@@ -23,8 +23,7 @@ ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
 
 def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
-    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS, call_spec
-    from tileops.kernels.gdn.prefill import GDNPrefillConfig, default
+    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS, call_spec, layout_config
 
     specs = []
     for case in CASES:
@@ -34,8 +33,7 @@ def prefill_jobs() -> list[tuple]:
                                tokens=lengths[0], device_name=DEVICE_NAME, **case))
     specs.append(call_spec(mode="varlen", dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, batch=6,
                            tokens=899, device_name=DEVICE_NAME, use_qk_l2norm_in_kernel=True))
-    return [(default(spec) if forced is None else GDNPrefillConfig(**forced), spec)
-            for spec in specs for forced in LAYOUTS.values()]
+    return [(layout_config(layout, spec), spec) for spec in specs for layout in LAYOUTS]
 
 
 def op_jobs() -> list[tuple]:
@@ -57,11 +55,10 @@ def op_jobs() -> list[tuple]:
 
 
 def build(job: tuple) -> str:
-    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
     config, spec = job
-    compile_prep(config, spec)
-    compile_chain(config, spec)
+    PrefillLauncher(config, spec)
     return f"{spec.mode} {spec.dtype} H{spec.heads}/{spec.value_heads} K{spec.dim_k} {config.to_json()}"
 
 
@@ -75,7 +72,7 @@ def main() -> None:
         if key not in seen:
             seen.add(key)
             jobs.append((config, spec))
-    print(f"compiling {len(jobs)} prefill builds (first pass and chain) for {ARCH}", flush=True)
+    print(f"compiling {len(jobs)} prefill builds for {ARCH}", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(build, jobs):
             print("  built", line, flush=True)

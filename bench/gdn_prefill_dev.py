@@ -6,8 +6,8 @@
 
 Correctness: fresh random inputs per case, ‖out − ref‖ / ‖ref‖ on o and the final state against
 ``tileops.reference`` in float64. Timings: the four benchmark shapes (bf16, K = V = 128) with the
-default config and the other chain layout, median of CUDA-event timed runs, both passes together
-and apart.
+default config and the other layouts, median of CUDA-event timed runs; two passes together and
+apart.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ def short_lengths(count: int, seed: int) -> tuple[int, ...]:
 
 
 BF, FP = torch.bfloat16, torch.float16
+FUSED = dict(state_major="value", block_v=128, threads=256, num_stages=2, fused=True)
 CHECKS = [
     Case("bf16 H16/32 K128 B2x200 init", BF, 16, 32, 128, batch=2, seq_len=200, init=True),
     Case("bf16 H16/32 K128 B8x130", BF, 16, 32, 128, batch=8, seq_len=130),
@@ -108,6 +109,8 @@ CHECKS = [
     Case("bf16 H2/2 K128 varlen long vfirst", BF, 2, 2, 128, lens=(3001,), v_first=True, init=True),
     Case("bf16 H16/32 K128 B2x200 bv128 s1", BF, 16, 32, 128, batch=2, seq_len=200, init=True,
          config=dict(block_v=128, num_stages=1)),
+    Case("bf16 H16/32 K128 varlen mixed init fused", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2), init=True,
+         config=FUSED),
 ]
 
 BENCH = [
@@ -117,12 +120,13 @@ BENCH = [
     Case("varlen16 T32768 HV32", BF, 16, 32, 128,
          lens=next(c.seqlens for c in PRESETS["qwen3-next"]["gdn"] if c.seqlens)),
 ]
-# Besides the default: the other chain layout.
+# Besides the default: the other layouts.
+TWO_PASS_VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=1)
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [dict(state_major="value", block_v=64, threads=128, num_stages=2)],
-    "B8 T4096 HV32": [dict(block_v=64, threads=128, num_stages=1)],
-    "B4 T8192 HV16": [dict(block_v=64, threads=256, num_stages=2)],
-    "varlen16 T32768 HV32": [dict(block_v=64, threads=128, num_stages=1)],
+    "B1 T32768 HV32": [dict(state_major="value", block_v=64, threads=128, num_stages=2), FUSED],
+    "B8 T4096 HV32": [TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
+    "B4 T8192 HV16": [dict(block_v=64, threads=256, num_stages=2), FUSED],
+    "varlen16 T32768 HV32": [TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}
@@ -138,14 +142,11 @@ def bench_cases() -> list[Case]:
 # --- compiling ----------------------------------------------------------------------------------
 
 def _compile_one(job: tuple) -> str:
-    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
+    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_fused, compile_prep
 
     kind, case = job
     spec, cfg = case.spec(), case.cfg()
-    if kind == "chain":
-        compile_chain(cfg, spec)
-    else:
-        compile_prep(cfg, spec)
+    {"chain": compile_chain, "prep": compile_prep, "fused": compile_fused}[kind](cfg, spec)
     return f"{kind} {case.name} {cfg.to_json()}"
 
 
@@ -153,8 +154,9 @@ def compile_all(jobs: int) -> None:
     todo, seen = [], set()
     for case in CHECKS + bench_cases():
         spec, cfg = case.spec(), case.cfg()
-        for kind, key in (("chain", (cfg.to_json(), spec.program_facts)),
-                          ("prep", (cfg.chunk_size, spec.program_facts))):
+        programs = ((("fused", (cfg.to_json(), spec.program_facts)),) if cfg.fused else
+                    (("chain", (cfg.to_json(), spec.program_facts)), ("prep", (cfg.chunk_size, spec.program_facts))))
+        for kind, key in programs:
             if (kind, key) not in seen:
                 seen.add((kind, key))
                 todo.append((kind, case))
@@ -253,7 +255,7 @@ def median_ms(fn, reps: int = 30) -> float:
 def run_bench() -> list[str]:
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
-    rows = ["shape | config | ms total | prep | chain | FLA / TileOPs ms"]
+    rows = ["shape | config | ms total | first pass | chain | FLA / TileOPs ms"]
     gen = torch.Generator(device="cuda").manual_seed(1)
     for case in bench_cases():
         try:
@@ -261,10 +263,9 @@ def run_bench() -> list[str]:
             x = make_inputs(case, gen)
             args = args_of(x)
             total = median_ms(lambda: launcher(*args))
-            prep_ms, chain_ms = time_passes(launcher, case, x)
+            passes = "one kernel | -" if launcher.fused else "{:.3f} | {:.3f}".format(*time_passes(launcher, case, x))
             peers = PEERS_MS[case.name]
-            rows.append(f"{case.name} | {case.cfg().to_json()} | {total:.3f} | {prep_ms:.3f} | {chain_ms:.3f} | "
-                        f"{peers[0]} / {peers[1]}")
+            rows.append(f"{case.name} | {case.cfg().to_json()} | {total:.3f} | {passes} | {peers[0]} / {peers[1]}")
         except Exception as err:
             rows.append(f"{case.name} | FAILED {type(err).__name__}: {str(err).splitlines()[-1][:200]}")
         print(rows[-1], flush=True)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, refuse
+from tileops.kernels.gdn.prefill import (SMEM_BYTES, GDNPrefillConfig, default, fused_config, fused_smem_bytes,
+                                         refuse)
 from tileops.kernels.registry import get_kernel
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is needed to compile for sm_90a")
@@ -55,11 +56,28 @@ def test_default_is_valid_and_splits_v_when_few_sequences():
 
 
 def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sms():
-    # 32 walks x 2 tiles = 64 CTAs: key-major, 32-wide; 64 walks x 2 = 128: value-major, prefetching.
-    few, some, many = default(spec(batch=1)), default(spec(batch=2)), default(spec(batch=8))
+    # 32 walks x 2 tiles = 64 CTAs: key-major, 32-wide; 64 walks x 2 = 128: value-major, prefetching;
+    # 128 walks x 2 = 256: value-major in two waves.
+    few, some, many = default(spec(batch=1)), default(spec(batch=2)), default(spec(batch=4))
     assert (few.state_major, few.block_v) == ("key", 32)
     assert (some.state_major, some.block_v, some.threads, some.num_stages) == ("value", 64, 128, 2)
-    assert (many.state_major, many.num_stages) == ("value", 1)
+    assert (many.state_major, many.num_stages, many.fused) == ("value", 1, False)
+
+
+def test_the_tuner_sees_every_layout():
+    space = GDNPrefillConfig.choices()
+    assert space["state_major"] == ("key", "value") and space["fused"] == (False, True)
+
+
+def test_default_fuses_once_every_sm_has_a_walk():
+    # 8 sequences x 32 value heads = 256 walks >= 132 SMs; 4 x 32 = 128 walks are too few.
+    assert default(spec(batch=8)) == fused_config(128)
+    assert default(spec(mode="varlen", batch=16)).fused
+    assert not default(spec(batch=4)).fused
+    assert not default(spec(batch=64, dim=64, heads=2, value_heads=4)).fused  # measured at 128 only
+    call = spec(batch=8)
+    get_kernel("tl.gdn_prefill").validate_config(fused_config(128), call)
+    assert fused_smem_bytes(128, 2) <= SMEM_BYTES
 
 
 @pytest.mark.parametrize("config, dim, words", [
@@ -69,6 +87,10 @@ def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sm
     (dict(state_major="value", block_v=64, threads=256), 128, "threads = 2 \\* block_v"),
     (dict(state_major="value", block_v=128, threads=256, min_blocks=2), 128, "registers"),
     (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2), 128, "shared memory"),
+    (dict(state_major="value", block_v=64, threads=128, fused=True), 128, "whole state"),
+    (dict(block_v=128, threads=256, fused=True), 128, "whole state"),
+    (dict(state_major="value", block_v=128, threads=256, num_stages=1, fused=True), 128, "num_stages=2"),
+    (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2, fused=True), 64, "min_blocks=1"),
 ])
 def test_config_constraints(config, dim, words):
     kernel = get_kernel("tl.gdn_prefill")
@@ -108,3 +130,19 @@ def test_varlen_with_every_transform_compiles():
     # The value-major chain of the same call: its products take the state from registers.
     value_major = compile_both(call, GDNPrefillConfig(state_major="value", block_v=64, threads=128))[1]
     assert "wgmma_rs" in value_major.get_kernel_source()
+
+
+@needs_nvcc
+def test_fused_kernel_compiles_warp_specialised():
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    call = spec(batch=8, use_qk_l2norm_in_kernel=True)
+    launcher = PrefillLauncher(default(call), call)
+    assert launcher.prep is None and launcher.chain is None
+    source = launcher.fused.get_kernel_source()
+    # Two state warpgroups take registers from the first-pass warpgroup; inputs arrive by cp.async
+    # on the stage barriers; lengths stay run-time arguments.
+    assert "__launch_bounds__(384, 1)" in source
+    assert "warpgroup_reg_alloc<192>" in source and "warpgroup_reg_dealloc<120>" in source
+    assert "mbarrier_cp_async_arrive_noinc" in source and "wgmma_rs" in source
+    assert "int seq_len" in source and "int tokens" in source

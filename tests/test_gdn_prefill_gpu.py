@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, refuse
+from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config, refuse
 from tileops.linear_attention import GDNFwdOp
 from tuner.gate import in_float64, relative_error
 
@@ -66,14 +66,22 @@ CASES = [
 ]
 
 
-# The call's default, and each chain layout forced: every feature case runs on both.
-LAYOUTS = {"default": None, "key": dict(block_v=32, threads=256, num_stages=1),
-           "value": dict(state_major="value", block_v=64, threads=128, num_stages=2)}
+# The call's default, and each layout forced: every feature case runs on each.
+LAYOUTS = ("default", "key", "value", "fused")
+
+
+def layout_config(layout: str, spec: CallSpec) -> GDNPrefillConfig:
+    """The config a test runs ``spec`` with in ``layout``."""
+    if layout == "fused":
+        return fused_config(spec.dim_v)
+    forced = {"key": dict(block_v=32, threads=256, num_stages=1),
+              "value": dict(state_major="value", block_v=64, threads=128, num_stages=2)}.get(layout)
+    return default(spec) if forced is None else GDNPrefillConfig(**forced)
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("init", [False, True])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_equal_lengths_two_lengths_one_build(case, init, layout):
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
@@ -82,8 +90,7 @@ def test_equal_lengths_two_lengths_one_build(case, init, layout):
     B = 3
     spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=lengths[0], **case)
     assert refuse(spec) is None
-    config = default(spec) if LAYOUTS[layout] is None else GDNPrefillConfig(**LAYOUTS[layout])
-    launch = PrefillLauncher(config, spec)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
     gen = torch.Generator(device="cuda").manual_seed(len(lengths) + init)
     for T in lengths:  # a new length runs on the same compiled kernels
         toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=B, init=init,
@@ -100,7 +107,7 @@ def test_equal_lengths_two_lengths_one_build(case, init, layout):
     (1500,),
     (5, 64, 0, 129, 1, 700),
 ])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_packed_varlen(lengths, layout):
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
@@ -108,8 +115,7 @@ def test_packed_varlen(lengths, layout):
     n, T = len(lengths), sum(lengths)
     spec = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=n, tokens=T,
                      use_qk_l2norm_in_kernel=True)
-    config = default(spec) if LAYOUTS[layout] is None else GDNPrefillConfig(**LAYOUTS[layout])
-    launch = PrefillLauncher(config, spec)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
     gen = torch.Generator(device="cuda").manual_seed(n)
     toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=n, init=True, logits=False, gate=False)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")

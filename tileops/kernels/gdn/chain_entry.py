@@ -1,25 +1,64 @@
-"""What both chain layouts share: the kernel entry (arguments, grid, each CTA's sequence bounds)
-and the loads of a chunk's inputs."""
+"""What both chain layouts share: the kernel entry (arguments, grid, each CTA's sequence bounds),
+the loads of a chunk's inputs and the moves of the state tile in and out."""
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 
 def chunk_loader(chunk: int, block_v: int):
-    """A macro that copies the chunk at token t0 into shared tiles: q and k of key head h, the V
-    tile at v0 of value head hv (into the first ``block_v`` columns of its padded rows), its T' and
-    M rows and its four row factors."""
+    """A macro that copies the chunk at token t0 into shared tiles (or parts of tiles): q and k of
+    key head h, the V tile at v0 of value head hv (``v_s``: the first ``block_v`` columns of padded
+    rows), its T' and M rows and its four row factors."""
     C, BV = chunk, block_v
 
     @T.macro
     def load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s, tp_s, m_s, f_s, t0, h, hv, v0):
         T.copy(q[t0:t0 + C, h, :], q_s)
         T.copy(k[t0:t0 + C, h, :], k_s)
-        T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s[0:C, 0:BV])
+        T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s)
         T.copy(tp[hv, t0:t0 + C, :], tp_s)
         T.copy(m[hv, t0:t0 + C, :], m_s)
         T.copy(f[:, hv, t0:t0 + C], f_s)
 
     return load_chunk
+
+
+def state_io(*, value_rows: bool, rows: int, cols: int, state_v_first: bool):
+    """Two macros that move the state tile at value column v0 between registers (``rows`` ×
+    ``cols``: value-major Sᵀ when ``value_rows``, else key-major S) and the initial state (zeros
+    without one) or the final state, in either of the state's layouts ([.., V, K] with
+    ``state_v_first``, else [.., K, V])."""
+    R, W = rows, cols
+    same = value_rows == state_v_first  # the tile's axes in the state tensor's order
+
+    @T.macro
+    def load_state(h0, s_f, n, hv, v0, has_init):
+        if value_rows and same:
+            for i, j in T.Parallel(R, W):
+                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, v0 + i, j], 0.0)
+        elif value_rows:
+            for i, j in T.Parallel(R, W):
+                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, j, v0 + i], 0.0)
+        elif same:
+            for i, j in T.Parallel(R, W):
+                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, i, v0 + j], 0.0)
+        else:
+            for i, j in T.Parallel(R, W):
+                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, v0 + j, i], 0.0)
+
+    @T.macro
+    def store_state(ht, s_f, n, hv, v0):
+        if value_rows and same:
+            T.copy(s_f, ht[n, hv, v0:v0 + R, :])
+        elif value_rows:
+            for i, j in T.Parallel(R, W):
+                ht[n, hv, j, v0 + i] = s_f[i, j]
+        elif same:
+            T.copy(s_f, ht[n, hv, :, v0:v0 + W])
+        else:
+            for i, j in T.Parallel(R, W):
+                ht[n, hv, v0 + j, i] = s_f[i, j]
+
+    return load_state, store_state
 
 
 def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,

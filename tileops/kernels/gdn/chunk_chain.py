@@ -14,7 +14,7 @@ Columns of V never interact, so V tiles multiply the CTAs of the chain.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader
+from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader, state_io
 from tileops.kernels.gdn.prefill import ROW_PAD
 
 
@@ -29,23 +29,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-
-    @T.macro
-    def load_state(h0, s_f, n, hv, v0, has_init):
-        if state_v_first:
-            for i, j in T.Parallel(K, BV):
-                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, v0 + j, i], 0.0)
-        else:
-            for i, j in T.Parallel(K, BV):
-                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, i, v0 + j], 0.0)
-
-    @T.macro
-    def store_state(ht, s_f, n, hv, v0):
-        if state_v_first:
-            for i, j in T.Parallel(K, BV):
-                ht[n, hv, v0 + j, i] = s_f[i, j]
-        else:
-            T.copy(s_f, ht[n, hv, :, v0:v0 + BV])
+    load_state, store_state = state_io(value_rows=False, rows=K, cols=BV, state_v_first=state_v_first)
 
     @T.macro
     def run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, bos, eos, has_init):
@@ -75,7 +59,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         windows = T.if_then_else(eos > bos, T.ceildiv(eos, C) - w0, 0)
         for c in T.Pipelined(windows, num_stages=num_stages):
             t0 = (w0 + c) * C
-            load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s, tp_s, m_s, f_s, t0, h, hv, v0)
+            load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s[0:C, 0:BV], tp_s, m_s, f_s, t0, h, hv, v0)
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
 

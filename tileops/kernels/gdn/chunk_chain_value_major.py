@@ -13,11 +13,58 @@ sequence masked):
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader
+from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader, state_io
 from tileops.kernels.gdn.prefill import ROW_PAD
 
 WARPGROUP_ROWS = 64  # value rows one warpgroup's wgmma covers
 ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in every product
+
+
+def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str):
+    """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
+    and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
+    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through ``o_s``, then rows
+    lo..hi stored).
+
+    The chunk's tiles are stage ``s`` of ``q_s``, ``k_s``, ``v_s``, ``tp_s``, ``m_s`` and ``f_s``
+    (a tensor-core product takes a tile's part only along a leading dimension); columns outside
+    lo..hi (the tokens outside the sequence) are masked.
+    """
+    BV, K, C = rows, dim_k, chunk
+    accum = "float32"
+
+    @T.macro
+    def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, lo, hi, s_f, o_f):
+        s_a = T.alloc_fragment([BV, K], dtype)
+        ks_f = T.alloc_fragment([BV, C], accum)
+        x_a = T.alloc_fragment([BV, C], dtype)
+        d_f = T.alloc_fragment([BV, C], accum)
+        d_a = T.alloc_fragment([BV, C], dtype)
+        dk_a = T.alloc_fragment([BV, C], dtype)
+        T.copy(s_f, s_a)
+        T.gemm(s_a, k_s[s, :, :], ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
+        T.gemm(s_a, q_s[s, :, :], o_f, transpose_B=True, clear_accum=True, policy=ROWS)
+        for i, j in T.Parallel(BV, C):
+            x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[s, j, i] - f_s[s, 0, j] * ks_f[i, j], 0.0)
+        T.gemm(x_a, tp_s[s, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
+        for i, j in T.Parallel(BV, C):
+            d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
+            dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[s, 2, j], 0.0)
+            o_f[i, j] = o_f[i, j] * f_s[s, 1, j]
+        T.gemm(d_a, m_s[s, :, :], o_f, transpose_B=True, policy=ROWS)
+        for i, j in T.Parallel(BV, K):
+            s_f[i, j] = s_f[i, j] * f_s[s, 3, hi - 1]
+        T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+
+    @T.macro
+    def store_output(o_f, o_s, o, t0, hv, v0, lo, hi):
+        for i, j in T.Parallel(BV, C):
+            o_s[j, i] = o_f[i, j]
+        for i, j in T.Parallel(C, BV):
+            if lo <= i and i < hi:
+                o[t0 + i, hv, v0 + j] = o_s[i, j]
+
+    return step, store_output
 
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
@@ -33,67 +80,39 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype)
+    load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro
     def run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, bos, eos, has_init):
         h = hv // group
         v0 = bv * BV
-        q_s = T.alloc_shared([C, K], dtype)
-        k_s = T.alloc_shared([C, K], dtype)
-        v_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
-        tp_s = T.alloc_shared([C, C], dtype)
-        m_s = T.alloc_shared([C, C], dtype)
-        f_s = T.alloc_shared([4, C], accum)
+        # One stage of the tiles walk_step reads (the pipeline adds its own).
+        q_s = T.alloc_shared([1, C, K], dtype)
+        k_s = T.alloc_shared([1, C, K], dtype)
+        v_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
+        tp_s = T.alloc_shared([1, C, C], dtype)
+        m_s = T.alloc_shared([1, C, C], dtype)
+        f_s = T.alloc_shared([1, 4, C], accum)
         o_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
         s_f = T.alloc_fragment([BV, K], accum)
-        s_a = T.alloc_fragment([BV, K], dtype)
-        ks_f = T.alloc_fragment([BV, C], accum)
         o_f = T.alloc_fragment([BV, C], accum)
-        x_a = T.alloc_fragment([BV, C], dtype)
-        d_f = T.alloc_fragment([BV, C], accum)
-        d_a = T.alloc_fragment([BV, C], dtype)
-        dk_a = T.alloc_fragment([BV, C], dtype)
         if min_blocks > 1:
             T.annotate_min_blocks_per_sm(min_blocks)
 
-        if state_v_first:
-            for i, j in T.Parallel(BV, K):
-                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, v0 + i, j], 0.0)
-        else:
-            for i, j in T.Parallel(BV, K):
-                s_f[i, j] = T.if_then_else(has_init != 0, h0[n, hv, j, v0 + i], 0.0)
+        load_state(h0, s_f, n, hv, v0, has_init)
         w0 = bos // C
         windows = T.if_then_else(eos > bos, T.ceildiv(eos, C) - w0, 0)
         for c in T.Pipelined(windows, num_stages=num_stages):
             t0 = (w0 + c) * C
-            load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s, tp_s, m_s, f_s, t0, h, hv, v0)
+            load_chunk(q, k, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], v_s[0, :, 0:BV], tp_s[0, :, :], m_s[0, :, :],
+                       f_s[0, :, :], t0, h, hv, v0)
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
 
-            T.copy(s_f, s_a)
-            T.gemm(s_a, k_s, ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
-            T.gemm(s_a, q_s, o_f, transpose_B=True, clear_accum=True, policy=ROWS)
-            for i, j in T.Parallel(BV, C):
-                x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[j, i] - f_s[0, j] * ks_f[i, j], 0.0)
-            T.gemm(x_a, tp_s, d_f, transpose_B=True, clear_accum=True, policy=ROWS)
-            for i, j in T.Parallel(BV, C):
-                d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
-                dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[2, j], 0.0)
-                o_f[i, j] = o_f[i, j] * f_s[1, j]
-            T.gemm(d_a, m_s, o_f, transpose_B=True, policy=ROWS)
-            for i, j in T.Parallel(BV, K):
-                s_f[i, j] = s_f[i, j] * f_s[3, hi - 1]
-            T.gemm(dk_a, k_s, s_f, policy=ROWS)
-            for i, j in T.Parallel(BV, C):
-                o_s[j, i] = o_f[i, j]
-            for i, j in T.Parallel(C, BV):
-                if lo <= i and i < hi:
-                    o[t0 + i, hv, v0 + j] = o_s[i, j]
-        if state_v_first:
-            T.copy(s_f, ht[n, hv, v0:v0 + BV, :])
-        else:
-            for i, j in T.Parallel(BV, K):
-                ht[n, hv, j, v0 + i] = s_f[i, j]
+            step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, lo, hi, s_f, o_f)
+            store_output(o_f, o_s, o, t0, hv, v0, lo, hi)
+        store_state(ht, s_f, n, hv, v0)
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
                         varlen=varlen, state_v_first=state_v_first, threads=threads)

@@ -33,12 +33,113 @@ def gate_transform(raw, a_log, dt_bias):
     return -T.exp(a_log) * T.if_then_else(x > 20.0, x, T.log1p(T.exp(x)))
 
 
-def lane_total(acc):
-    """The sum of a row's LANES partial sums (an expression, built when the program is traced)."""
+def lane_total(acc, lanes: int = LANES):
+    """The sum of ``lanes`` partial sums (an expression, built when the program is traced)."""
     total = acc[0]
-    for p in range(1, LANES):
+    for p in range(1, lanes):
         total = total + acc[p]
     return total
+
+
+def input_transforms(*, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool):
+    """A macro that writes one token's gate and step size, transformed as the flags say, into
+    row ``row`` of ``g_s`` and ``b_s``."""
+
+    @T.macro
+    def transform(raw_g, raw_b, a_log, dt_bias, hv, g_s, b_s, row):
+        if gate_in_kernel:
+            g_s[row] = gate_transform(raw_g, T.cast(a_log[hv], "float32"), T.cast(dt_bias[hv], "float32"))
+        else:
+            g_s[row] = raw_g
+        if beta_sigmoid:
+            b_s[row] = T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0)
+        else:
+            b_s[row] = raw_b
+
+    return transform
+
+
+def row_rnorm(rows: int, width: int):
+    """A macro that writes 1 / ‖row‖ of ``rows`` rows of a ``width``-wide tile (the L2 norm's factors)."""
+
+    @T.macro
+    def rnorm(src_s, dst_s):
+        sq_f = T.alloc_fragment([rows, width], "float32")
+        ss_f = T.alloc_fragment([rows], "float32")
+        T.copy(src_s, sq_f)
+        for i, j in T.Parallel(rows, width):
+            sq_f[i, j] = sq_f[i, j] * sq_f[i, j]
+        T.reduce_sum(sq_f, ss_f, dim=1)
+        for i in T.Parallel(rows):
+            dst_s[i] = T.rsqrt(ss_f[i] + 1e-6)
+
+    return rnorm
+
+
+def key_products(*, rows: int, width: int, l2norm: bool):
+    """A macro that writes the L2 norm's row factors of q and k (ones without the norm), then
+    K Kᵀ into ``a_f`` and Q Kᵀ into ``qk_f``."""
+    rnorm = row_rnorm(rows, width)
+
+    @T.macro
+    def products(q_s, k_s, rq_s, rk_s, a_f, qk_f):
+        if l2norm:
+            rnorm(k_s, rk_s)
+            rnorm(q_s, rq_s)
+        else:
+            for i in T.Parallel(rows):
+                rk_s[i] = 1.0
+                rq_s[i] = 1.0
+
+        T.gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
+        T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
+
+    return products
+
+
+def wy_solve(chunk: int, dtype: str):
+    """A macro that writes T' = (I + A)⁻¹ diag(β) into stage s of ``t_s``, from A (strictly lower,
+    fp32, in ``a_s``), its lower-left block in the input dtype (``l_s``) and β (``b_s``).
+
+    By halves: each diagonal half block D of I + A is inverted by forward substitution (one thread
+    per column, ``col_thread`` < C, the column in registers, each row's sum split in LANES partial
+    sums), then (I + A)⁻¹ = D⁻¹ - D⁻¹ L D⁻¹: two tensor-core products in the input dtype, D⁻¹
+    itself kept in fp32.
+    """
+    C = chunk
+    half = C // 2
+    accum = "float32"
+
+    @T.macro
+    def solve(a_s, l_s, b_s, t_s, s, col_thread):
+        d_s = T.alloc_shared([C, C + PAD], accum)
+        dl_s = T.alloc_shared([C, C], dtype)
+        y_s = T.alloc_shared([C, C], dtype)
+        y_f = T.alloc_fragment([C, C], accum)
+        x = T.alloc_local([half], accum)
+        acc = T.alloc_local([LANES], accum)
+        blk = col_thread // half
+        col = col_thread % half
+        if col_thread < C:
+            for r in T.unroll(half, explicit=True):
+                for p in T.unroll(LANES, explicit=True):
+                    acc[p] = 0.0
+                for j in T.unroll(half, explicit=True):
+                    if j < r:
+                        acc[j % LANES] = acc[j % LANES] - a_s[blk * half + r, blk * half + j] * x[j]
+                x[r] = T.if_then_else(col == r, 1.0, 0.0) + lane_total(acc)
+            for r in T.unroll(half, explicit=True):
+                d_s[blk * half + r, col_thread] = x[r]
+                d_s[(1 - blk) * half + r, col_thread] = 0.0
+                dl_s[blk * half + r, col_thread] = x[r]
+                dl_s[(1 - blk) * half + r, col_thread] = 0.0
+        T.gemm(l_s, dl_s, y_f, clear_accum=True)
+        T.copy(y_f, y_s)
+        T.gemm(dl_s, y_s, y_f, clear_accum=True)
+        for i, j in T.Parallel(C, C):
+            t_s[s, i, j] = (d_s[i, j] - y_f[i, j]) * b_s[j]
+
+    return solve
 
 
 def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, varlen: bool,
@@ -59,16 +160,9 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
     nseq = T.dynamic("nseq")
     assert C <= threads, "one thread per row, and per column of the solve"
 
-    @T.macro
-    def row_rnorm(src_s, dst_s):
-        sq_f = T.alloc_fragment([C, K], accum)
-        ss_f = T.alloc_fragment([C], accum)
-        T.copy(src_s, sq_f)
-        for i, j in T.Parallel(C, K):
-            sq_f[i, j] = sq_f[i, j] * sq_f[i, j]
-        T.reduce_sum(sq_f, ss_f, dim=1)
-        for i in T.Parallel(C):
-            dst_s[i] = T.rsqrt(ss_f[i] + 1e-6)
+    products = key_products(rows=C, width=K, l2norm=l2norm)
+    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
+    solve = wy_solve(C, dtype)
 
     @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, f_out, hv, w):
@@ -79,12 +173,8 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         a_f = T.alloc_fragment([C, C], accum)
         qk_f = T.alloc_fragment([C, C], accum)
         a_s = T.alloc_shared([C, C + PAD], accum)
-        d_s = T.alloc_shared([C, C + PAD], accum)
         l_s = T.alloc_shared([C, C], dtype)
-        dl_s = T.alloc_shared([C, C], dtype)
-        y_s = T.alloc_shared([C, C], dtype)
-        y_f = T.alloc_fragment([C, C], accum)
-        t_s = T.alloc_shared([C, C + ROW_PAD], dtype)
+        t_s = T.alloc_shared([1, C, C + ROW_PAD], dtype)  # one stage, as wy_solve writes it
         m_s = T.alloc_shared([C, C + ROW_PAD], dtype)
         g_s = T.alloc_shared([C], accum)
         p_s = T.alloc_shared([C], accum)
@@ -95,8 +185,6 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         seg_s = T.alloc_shared([C], "int32")
         beg_s = T.alloc_shared([C], "int32")
         end_s = T.alloc_shared([C], "int32")
-        x = T.alloc_local([half], accum)
-        acc = T.alloc_local([LANES], accum)
         seg = T.alloc_var("int32")
         s_beg = T.alloc_var("int32")
         s_end = T.alloc_var("int32")
@@ -127,32 +215,14 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             beg_s[tx] = T.max(s_beg - t0, 0)
             end_s[tx] = T.max(T.min(s_end - t0, C) - 1, 0)
             if t < s_end and t < tokens and s_beg <= t:
-                raw_g = T.cast(g[t, hv], accum)
-                raw_b = T.cast(beta[t, hv], accum)
-                if gate_in_kernel:
-                    g_s[tx] = gate_transform(raw_g, T.cast(a_log[hv], accum), T.cast(dt_bias[hv], accum))
-                else:
-                    g_s[tx] = raw_g
-                if beta_sigmoid:
-                    b_s[tx] = T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0)
-                else:
-                    b_s[tx] = raw_b
+                transform(T.cast(g[t, hv], accum), T.cast(beta[t, hv], accum), a_log, dt_bias, hv, g_s, b_s, tx)
             else:
                 g_s[tx] = 0.0
                 b_s[tx] = 0.0
         T.cumsum(g_s, p_s, dim=0)
         for i in T.Parallel(C):
             gam_s[i] = p_s[i] - T.if_then_else(beg_s[i] > 0, p_s[T.max(beg_s[i] - 1, 0)], 0.0)
-        if l2norm:
-            row_rnorm(k_s, rk_s)
-            row_rnorm(q_s, rq_s)
-        else:
-            for i in T.Parallel(C):
-                rk_s[i] = 1.0
-                rq_s[i] = 1.0
-
-        T.gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
-        T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
+        products(q_s, k_s, rq_s, rk_s, a_f, qk_f)
         # One pass over the pairs: the decay e^{γ_i − γ_j} and the masks serve A and M alike. It
         # writes registers only, so the compiler keeps each row's and column's factors in
         # registers instead of reloading them after every store to shared memory.
@@ -168,33 +238,10 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
 
-        # T = (I + A)⁻¹ by halves: each diagonal half block of D is inverted by forward
-        # substitution (one thread per column, the column in registers, each row's sum split in
-        # LANES partial sums), then T = D⁻¹ - D⁻¹ L D⁻¹ with L the lower-left block of A: two
-        # tensor-core products in the input dtype, D⁻¹ itself kept in fp32.
-        blk = tx // half
-        col = tx % half
-        if tx < C:
-            for r in T.unroll(half, explicit=True):
-                for p in T.unroll(LANES, explicit=True):
-                    acc[p] = 0.0
-                for j in T.unroll(half, explicit=True):
-                    if j < r:
-                        acc[j % LANES] = acc[j % LANES] - a_s[blk * half + r, blk * half + j] * x[j]
-                x[r] = T.if_then_else(col == r, 1.0, 0.0) + lane_total(acc)
-            for r in T.unroll(half, explicit=True):
-                d_s[blk * half + r, tx] = x[r]
-                d_s[(1 - blk) * half + r, tx] = 0.0
-                dl_s[blk * half + r, tx] = x[r]
-                dl_s[(1 - blk) * half + r, tx] = 0.0
-        T.gemm(l_s, dl_s, y_f, clear_accum=True)
-        T.copy(y_f, y_s)
-        T.gemm(dl_s, y_s, y_f, clear_accum=True)
-        for i, j in T.Parallel(C, C):
-            t_s[i, j] = (d_s[i, j] - y_f[i, j]) * b_s[j]
+        solve(a_s, l_s, b_s, t_s, 0, tx)
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
-                tp[hv, t0 + i, j] = t_s[i, j]
+                tp[hv, t0 + i, j] = t_s[0, i, j]
         for i in T.Parallel(C):
             if t0 + i < tokens:
                 f_out[0, hv, t0 + i] = T.exp(gam_s[i]) * rk_s[i]

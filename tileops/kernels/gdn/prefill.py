@@ -1,4 +1,4 @@
-"""tl.gdn_prefill: Gated DeltaNet chunked prefill for Hopper, in two passes.
+"""tl.gdn_prefill: Gated DeltaNet chunked prefill for Hopper, in two passes or in one.
 
 1. ``chunk_prep``: per (value head, 64-token window), fully parallel: input transforms, γ, the
    WY solve T' = (I + A)⁻¹ diag(β), the chunk's masked attention M and the per-row decays.
@@ -7,6 +7,10 @@
    of it: key-major (``chunk_chain``: S, K × block_v, any V tile down to 32 columns, so a few
    long sequences still fill the GPU) and value-major (``chunk_chain_value_major``: Sᵀ, every
    product reads its left operand from registers; faster once 64-column tiles fill the SMs).
+
+``fused`` (``chunk_fused``) runs both in one warp-specialised kernel per (sequence, value head):
+the value-major walk over the whole state, and one more warpgroup that forms the next chunk's
+T', M and decays in shared memory meanwhile, so that neither goes through global memory.
 
 Registers the kernel: its config space (chunk length; the chain's layout, V tile, threads,
 pipeline depth and CTAs per SM), the reasons it turns a call down, its default and ``build``.
@@ -33,6 +37,8 @@ SMS = 132  # H200 / H100 SXM multiprocessors
 REGISTERS = 65536  # 32-bit registers per SM
 VALUE_MAJOR_REGS = 255  # a value-major chain thread holds Sᵀ, its bf16 copy and four C-wide tiles
 WARPGROUP = 128
+FUSED_CHUNK = 64  # the fused kernel's chunk: one wgmma M extent
+FUSED_STAGES = 2  # chunks the fused kernel holds at once: the one walked and the one being prepared
 # 16-bit elements padding each row of the tiles a wgmma fragment writes or reads across rows (a
 # warp touches 8 rows at once): 16 bytes shift each row by 4 banks, so those rows hit distinct banks.
 ROW_PAD = 8
@@ -40,7 +46,9 @@ ROW_PAD = 8
 
 class GDNPrefillConfig(KernelConfig):
     """The chain's layout and tiling: ``block_v`` state columns per CTA, its threads, stages and CTAs
-    per SM. Value-major takes one warpgroup per 64 columns: ``threads`` = 2 · ``block_v``."""
+    per SM. Value-major takes one warpgroup per 64 columns: ``threads`` = 2 · ``block_v``.
+    ``fused`` runs the value-major walk over the whole state (``block_v`` = V) with the first
+    pass in the same kernel, on one more warpgroup than ``threads`` counts."""
 
     chunk_size: Literal[64] = 64
     state_major: Literal["key", "value"] = "key"
@@ -48,6 +56,7 @@ class GDNPrefillConfig(KernelConfig):
     threads: Literal[128, 256] = 256
     num_stages: Literal[1, 2] = 2
     min_blocks: Literal[1, 2] = 1
+    fused: Literal[False, True] = False
 
     @model_validator(mode="after")
     def _fits(self, info: ValidationInfo) -> "GDNPrefillConfig":
@@ -68,6 +77,36 @@ def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
     per_stage = (2 * C * K + padded + 2 * C * C) * elem + 4 * C * 4
     work = (K * BV + 3 * C * BV + padded if config.state_major == "key" else padded) * elem
     return config.num_stages * per_stage + work + SMEM_SLACK
+
+
+def fused_smem_bytes(dim_k: int, elem: int) -> int:
+    """Shared memory of the fused kernel: two stages of a chunk's inputs and of its T', M and
+    factors, the output tile, and the first pass's work tiles (A and D⁻¹ in fp32, L, D⁻¹ and
+    D⁻¹ L D⁻¹ in the input dtype, five row vectors)."""
+    C, K = FUSED_CHUNK, dim_k
+    stages = FUSED_STAGES * ((2 * C * K + C * (K + ROW_PAD) + 2 * C * C) * elem + 6 * C * 4)
+    work = 2 * C * (C + 8) * 4 + 3 * C * C * elem + 5 * C * 4
+    return stages + C * (K + ROW_PAD) * elem + work + SMEM_SLACK
+
+
+def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
+    """Why ``config`` cannot run fused, or None."""
+    if (config.state_major, config.block_v, config.threads) != ("value", dim_v, 2 * dim_v):
+        return (f"the fused kernel walks the whole state value-major: state_major='value', block_v={dim_v}, "
+                f"threads={2 * dim_v}, not {config.state_major!r}, {config.block_v}, {config.threads}")
+    if (config.chunk_size, config.num_stages, config.min_blocks) != (FUSED_CHUNK, FUSED_STAGES, 1):
+        return (f"the fused kernel takes chunk_size={FUSED_CHUNK}, num_stages={FUSED_STAGES} (its own double "
+                f"buffer) and min_blocks=1, not {config.chunk_size}, {config.num_stages}, {config.min_blocks}")
+    smem = fused_smem_bytes(dim_k, elem)
+    if smem > SMEM_BYTES:
+        return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
+    return None
+
+
+def fused_config(dim_v: int) -> GDNPrefillConfig:
+    """The fused kernel's config for a V-wide state."""
+    return GDNPrefillConfig(state_major="value", block_v=dim_v, threads=2 * dim_v, num_stages=FUSED_STAGES,
+                            fused=True)
 
 
 def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
@@ -91,6 +130,8 @@ def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
 
 def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
     """Why ``config`` cannot tile a K x V state, or None."""
+    if config.fused:
+        return fused_problem(config, dim_k, dim_v, elem)
     if dim_v % config.block_v:
         return f"block_v={config.block_v} does not divide V={dim_v}"
     problem = register_problem(config, dim_k)
@@ -126,17 +167,25 @@ def refuse(spec: CallSpec) -> Optional[str]:
 
 
 def default(spec: CallSpec) -> GDNPrefillConfig:
-    """Value-major 64-column tiles once they cover half the SMs (prefetching the next chunk while
-    they fit in one wave); otherwise key-major: a 64-wide V tile, or 32 when fewer than 64
-    (sequence, value head) walks would leave SMs idle, two lean CTAs per SM (128 threads, no
-    prefetch) once the tiles fill two waves, else one CTA of 256 threads with prefetch.
+    """Fused once there is a (sequence, value head) walk for every SM of a 128-wide state;
+    otherwise two passes: value-major 64-column tiles once they cover half the SMs (prefetching
+    the next chunk while they fit in one wave), else key-major: a 64-wide V tile, or 32 when
+    fewer than 64 walks would leave SMs idle, two lean CTAs per SM (128 threads, no prefetch)
+    once the tiles fill two waves, else one CTA of 256 threads with prefetch.
 
-    Measured on the H200 (bf16, K = V = 128, chain alone): value-major took B8×T4096 HV32 from
-    0.570 to 0.502 ms, 16 mixed sequences from 0.643 to 0.568 and B4×T8192 HV16 (128 tiles) from
-    0.364 to 0.327, and lost B1×T32768 HV32 (64 tiles: 1.315 against 1.088 key-major with
-    32-wide tiles); 128-wide tiles lost to 64 on every shape, 16-wide to 32.
+    Measured on the H200 (bf16, K = V = 128): fused took B8×T4096 HV32 (256 walks) from 0.876
+    to 0.783 ms and lost B1×T32768 HV32 (32 walks: 3.9 ms against 1.4) and B4×T8192 HV16 (64
+    walks: 0.97 against 0.51): one CTA walks all 128 columns, so few walks leave SMs idle.
+    Value-major took the two-pass B8 chain from 0.570 to 0.502 ms, 16 mixed sequences from 0.643
+    to 0.568 and B4×T8192 HV16 (128 tiles) from 0.364 to 0.327, and lost B1×T32768 HV32 (64
+    tiles: 1.315 against 1.088 key-major with 32-wide tiles); 128-wide tiles lost to 64 on every
+    shape, 16-wide to 32.
     """
     walks = spec.batch * spec.value_heads
+    if spec.dim_v == 128 and walks >= SMS:
+        config = fused_config(spec.dim_v)
+        if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
+            return config
     tiles = walks * (spec.dim_v // 64)
     if 2 * tiles >= SMS:
         config = GDNPrefillConfig(state_major="value", block_v=64, threads=WARPGROUP,
@@ -153,7 +202,7 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
 
 
 def build(config: GDNPrefillConfig, spec: CallSpec):
-    """Compile both passes for ``spec`` and return ``launch(q, k, v, g, beta, initial_state, ...)``."""
+    """Compile the passes for ``spec`` and return ``launch(q, k, v, g, beta, initial_state, ...)``."""
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
     problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
@@ -172,5 +221,6 @@ KERNEL = register(KernelDef(
     default=default,
     modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
              "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
-             "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major"),
+             "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
+             "tileops.kernels.gdn.chunk_fused"),
 ))

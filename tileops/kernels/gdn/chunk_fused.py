@@ -1,0 +1,196 @@
+"""The GDN prefill in one warp-specialised kernel: one CTA per (sequence, value head).
+
+Per chunk of the sequence (windows start at the sequence's first token; the last one is cut
+at its end), three roles share the CTA through two stages of shared tiles:
+
+- the state warpgroups (one per 64 value rows) walk Sᵀ in registers exactly as the value-major
+  chain does (``chunk_chain_value_major.walk_step``), reading T', M and the factors from
+  shared memory; as soon as they leave a stage they start the copies of the chunk two ahead
+  into it (``cp.async``, completing on the stage's ``loaded`` barrier);
+- the first-pass warpgroup waits for a stage's inputs, forms its T', M and factors as
+  ``chunk_prep`` does (the gates' prefix sum restarts at the sequence's start, so it needs no
+  segment search), and arrives on the stage's ``ready`` barrier;
+- registers move from the first-pass warpgroup to the state warpgroups (``setmaxnreg``) when
+  they are two: 2 · 192 + 120 = 3 · 168, what a 384-thread CTA is given.
+
+The state never leaves registers and T', M never leave shared memory, so a chunk's global
+traffic is its q, k, v, g, β in and o out.
+"""
+
+import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
+
+from tileops.kernels.gdn.chain_entry import state_io
+from tileops.kernels.gdn.chunk_chain_value_major import walk_step
+from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, wy_solve
+from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
+
+STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
+PREFIX_LANES = 4  # partial sums of the gates' prefix sum (T.cumsum runs on threads 0-31 only)
+
+
+def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
+                  varlen: bool, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
+                  neg_eigval: bool, scale: float):
+    """The TileLang program, specialised on everything but lengths and counts.
+
+    Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
+    (int32, [N+1]) bounds the sequences. g, beta, A_log and dt_bias are read in fp32;
+    ``has_init`` (0 or 1) says whether ``h0`` holds an initial state. Grid: (HV, N), threads:
+    one warpgroup per 64 value rows and one more.
+    """
+    H, HV, K, V, C, S = heads, value_heads, dim_k, dim_v, chunk, FUSED_STAGES
+    group = HV // H
+    half = C // 2
+    accum = "float32"
+    walkers = WARPGROUP * (V // 64)
+    threads = walkers + WARPGROUP
+    # What setmaxnreg moves: the launch gives every thread the same share (rounded to 8).
+    shifted = V // 64 > 1
+    aux_regs = REGISTERS // threads // 8 * 8 * (V // 64 + 1) - STATE_REGS * (V // 64)
+    tokens = T.dynamic("tokens")
+    nseq = T.dynamic("nseq")
+    state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
+    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype)
+    load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
+    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
+    products = key_products(rows=C, width=K, l2norm=l2norm)
+    solve = wy_solve(C, dtype)
+
+    @T.macro
+    def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
+        """Start the copies of the chunk at t0 into stage s; its barrier completes when they land."""
+        T.async_copy(q[t0:t0 + C, h, :], q_s[s, :, :])
+        T.async_copy(k[t0:t0 + C, h, :], k_s[s, :, :])
+        T.async_copy(v[t0:t0 + C, hv, :], v_s[s, :, 0:V])
+        T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
+        T.async_copy(beta[t0:t0 + C, hv], bi_s[s, :])
+        T.cp_async_barrier_noinc(loaded[s])
+
+    @T.macro
+    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, a_log, dt_bias, hv, s, hi, row):
+        """T', M and the factors of the chunk in stage s (rows 0..hi of it in the sequence)."""
+        a_f = T.alloc_fragment([C, C], accum)
+        qk_f = T.alloc_fragment([C, C], accum)
+        a_s = T.alloc_shared([C, C + PAD], accum)
+        l_s = T.alloc_shared([C, C], dtype)
+        g_s = T.alloc_shared([C], accum)
+        p_s = T.alloc_shared([C], accum)
+        b_s = T.alloc_shared([C], accum)
+        rk_s = T.alloc_shared([C], accum)
+        rq_s = T.alloc_shared([C], accum)
+        acc = T.alloc_local([PREFIX_LANES], accum)
+        if row < C:
+            if row < hi:
+                transform(gi_s[s, row], bi_s[s, row], a_log, dt_bias, hv, g_s, b_s, row)
+            else:
+                g_s[row] = 0.0
+                b_s[row] = 0.0
+        if row < C:
+            for p in T.unroll(PREFIX_LANES, explicit=True):
+                acc[p] = 0.0
+            for j in T.unroll(C, explicit=True):
+                if j <= row:
+                    acc[j % PREFIX_LANES] = acc[j % PREFIX_LANES] + g_s[j]
+            p_s[row] = lane_total(acc, PREFIX_LANES)
+        products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, qk_f)
+        # e^{γ_i − γ_j} of every pair, masked through its exponent: evaluated by every thread
+        # without a branch, which a single warpgroup runs faster than skipping half the pairs.
+        for i, j in T.Parallel(C, C):
+            decay = T.exp(T.if_then_else(j <= i and i < hi, p_s[i] - p_s[j], -T.infinity(accum))) * rk_s[j]
+            a_f[i, j] = T.if_then_else(j < i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
+            qk_f[i, j] = (scale * rq_s[i]) * decay * qk_f[i, j]
+        for i, j in T.Parallel(C, C):
+            a_s[i, j] = a_f[i, j]
+            l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
+            m_s[s, i, j] = qk_f[i, j]
+        solve(a_s, l_s, b_s, tp_s, s, row)
+        if row < C:
+            last = p_s[hi - 1]
+            f_s[s, 0, row] = T.exp(p_s[row]) * rk_s[row]
+            f_s[s, 1, row] = scale * T.exp(p_s[row]) * rq_s[row]
+            f_s[s, 2, row] = T.exp(last - p_s[row]) * rk_s[row]
+            f_s[s, 3, row] = T.exp(last)
+
+    @T.macro
+    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, bos, eos, has_init):
+        h = hv // group
+        q_s = T.alloc_shared([S, C, K], dtype)
+        k_s = T.alloc_shared([S, C, K], dtype)
+        v_s = T.alloc_shared([S, C, V + ROW_PAD], dtype)
+        gi_s = T.alloc_shared([S, C], accum)
+        bi_s = T.alloc_shared([S, C], accum)
+        tp_s = T.alloc_shared([S, C, C], dtype)
+        m_s = T.alloc_shared([S, C, C], dtype)
+        f_s = T.alloc_shared([S, 4, C], accum)
+        o_s = T.alloc_shared([C, V + ROW_PAD], dtype)
+        loaded = T.alloc_barrier(arrive_count=[walkers] * S)
+        ready = T.alloc_barrier(arrive_count=[WARPGROUP] * S)
+        windows = T.ceildiv(eos - bos, C)
+        tx = T.get_thread_binding()
+        if tx < walkers:
+            if shifted:
+                T.set_max_nreg(STATE_REGS, 1)
+            s_f = T.alloc_fragment([V, K], accum)
+            o_f = T.alloc_fragment([V, C], accum)
+            for c in T.serial(T.min(windows, S)):
+                load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
+            load_state(h0, s_f, n, hv, 0, has_init)
+            for c in T.serial(windows):
+                s = c % S
+                t0 = bos + c * C
+                hi = T.min(eos - t0, C)
+                T.barrier_wait(ready[s], (c // S) % 2)
+                step(q_s, k_s, v_s, tp_s, m_s, f_s, s, 0, hi, s_f, o_f)
+                if c + S < windows:
+                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
+                store_output(o_f, o_s, o, t0, hv, 0, 0, hi)
+            store_state(ht, s_f, n, hv, 0)
+        else:
+            if shifted:
+                T.set_max_nreg(aux_regs, 0)
+            for c in T.serial(windows):
+                s = c % S
+                T.barrier_wait(loaded[s], (c // S) % 2)
+                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, a_log, dt_bias, hv, s,
+                           T.min(eos - bos - c * C, C), tx - walkers)
+                T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
+                T.barrier_arrive(ready[s])
+
+    if varlen:
+        @T.prim_func
+        def fused(
+            q: T.Tensor([tokens, H, K], dtype),
+            k: T.Tensor([tokens, H, K], dtype),
+            v: T.Tensor([tokens, HV, V], dtype),
+            g: T.Tensor([tokens, HV], accum),
+            beta: T.Tensor([tokens, HV], accum),
+            a_log: T.Tensor([HV], accum),
+            dt_bias: T.Tensor([HV], accum),
+            h0: T.Tensor(state_shape, accum),
+            cu_seqlens: T.Tensor([nseq + 1], "int32"),
+            o: T.Tensor([tokens, HV, V], dtype),
+            ht: T.Tensor(state_shape, accum),
+            has_init: T.int32,
+        ):
+            with T.Kernel(HV, nseq, threads=threads) as (hv, n):
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, cu_seqlens[n], cu_seqlens[n + 1], has_init)
+    else:
+        @T.prim_func
+        def fused(
+            q: T.Tensor([tokens, H, K], dtype),
+            k: T.Tensor([tokens, H, K], dtype),
+            v: T.Tensor([tokens, HV, V], dtype),
+            g: T.Tensor([tokens, HV], accum),
+            beta: T.Tensor([tokens, HV], accum),
+            a_log: T.Tensor([HV], accum),
+            dt_bias: T.Tensor([HV], accum),
+            h0: T.Tensor(state_shape, accum),
+            o: T.Tensor([tokens, HV, V], dtype),
+            ht: T.Tensor(state_shape, accum),
+            seq_len: T.int32,
+            has_init: T.int32,
+        ):
+            with T.Kernel(HV, nseq, threads=threads) as (hv, n):
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, n * seq_len, (n + 1) * seq_len, has_init)
+
+    return fused
