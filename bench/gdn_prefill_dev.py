@@ -26,7 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
-from tileops.kernels.gdn.prefill import GDNPrefillConfig, default  # noqa: E402
+from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config  # noqa: E402
 from tuner.gate import in_float64, relative_error  # noqa: E402
 from tuner.presets import PRESETS  # noqa: E402
 
@@ -95,7 +95,7 @@ def short_lengths(count: int, seed: int) -> tuple[int, ...]:
 
 
 BF, FP = torch.bfloat16, torch.float16
-FUSED = dict(state_major="value", block_v=128, threads=256, num_stages=2, fused=True)
+FUSED = fused_config(128).model_dump()
 CHECKS = [
     Case("bf16 H16/32 K128 B2x200 init", BF, 16, 32, 128, batch=2, seq_len=200, init=True),
     Case("bf16 H16/32 K128 B8x130", BF, 16, 32, 128, batch=8, seq_len=130),
