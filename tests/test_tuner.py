@@ -52,6 +52,54 @@ def test_refused_configs_do_not_count_against_the_trial_budget(monkeypatch, tmp_
     assert all("does not tile" in t.error for t in trials if t.status == "invalid")
 
 
+@pytest.mark.parametrize("trials, expected", [(4, 4), (15, 10)])
+def test_a_mostly_refused_sampled_space_measures_as_many_valid_configs_as_asked(monkeypatch, tmp_path, trials,
+                                                                               expected):
+    import dispatch
+    from db.store import TuningStore
+
+    fakes = _serve_first(monkeypatch, "test.gdn_sparse")
+    try:
+        db = f"sqlite:///{tmp_path / 'tuning.db'}"
+        _tune(db, f"sqlite:///{tmp_path / 'optuna.db'}", trials=trials)
+        rows = TuningStore(db).trials(kernel=fakes.SPARSE)
+    finally:
+        dispatch.reset()
+    measured = [t.config_json for t in rows if t.status == "ok"]
+    assert len(measured) == len(set(measured)) == expected, "min(trials, 10 valid configs), each measured once"
+    assert all(t.config["threads"] == 2 * t.config["block"] and t.config["stages"] <= 2
+               for t in rows if t.status == "ok")
+    assert {t.status for t in rows} <= {"ok", "invalid"}
+
+
+def test_the_shipped_winner_of_the_key_is_a_candidate(monkeypatch, tmp_path):
+    from dataclasses import asdict
+
+    import dispatch
+    from db.schemas import WinnerRecord
+    from db.store import TuningStore
+    from tuner.cases import Case
+    from tuner.plan import plan
+
+    fakes = _serve_first(monkeypatch, "test.gdn_picky")
+    try:
+        task, _ = plan(Case("gdn", 1, 96, 1, 2, 16, "float32"), "cpu", "cpu")
+        key = asdict(task.key)
+        shipped = [  # tuned on other devices of the architecture, by another kernel source
+            WinnerRecord(**dict(key, device_name="cpu b"), config={"block": 3}, time_ms=1.0, source_hash="0" * 16),
+            WinnerRecord(**dict(key, device_name="cpu c"), config={"block": 6}, time_ms=1.0, source_hash="0" * 16),
+            WinnerRecord(**dict(key, dim_k=32), config={"block": 4}, time_ms=1.0, source_hash="0" * 16),
+        ]
+        monkeypatch.setattr("tuner.known.shipped_winners", lambda arch: tuple(shipped) if arch == "cpu" else ())
+        db = f"sqlite:///{tmp_path / 'tuning.db'}"
+        _tune(db, f"sqlite:///{tmp_path / 'optuna.db'}", trials=2)
+        trials = TuningStore(db).trials(kernel=fakes.PICKY)
+    finally:
+        dispatch.reset()
+    assert [(t.config["block"], t.status) for t in trials] == [(2, "ok"), (6, "ok")], \
+        "the default, then the shipped winner; the refused one (block 3) and another key's (block 4) left out"
+
+
 def _tune(db, storage, trials=8, timeout=60.0, shape="B1xT96xH1xHV2"):
     from tuner.run import tune
 

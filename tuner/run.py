@@ -16,6 +16,7 @@ from db.schemas import RunRecord, WinnerRecord
 from db.store import TuningStore
 from tileops.device import current_arch, current_device_name
 from tuner.cases import Case
+from tuner.known import known_configs
 from tuner.plan import plan
 from tuner.precompile import CompileOnlyWorker
 from tuner.presets import cases_for
@@ -128,9 +129,8 @@ def _tune_case(case: Case, arch: str, device_name: str, store: TuningStore, work
     if task is None:
         return KeyResult(case, "-", None, skipped=why)
     study = KeyStudy(task, store, worker, storage, run_id)
-    earlier = store.winners(**asdict(task.key))
-    study.enqueue(earlier[0].config if earlier else None)
-    study.run(min(trials, study.space_size()), on_key(case.label, min(trials, study.space_size())))
+    study.enqueue(known_configs(store, task.key))
+    study.run(trials, on_key(case.label, study.goal(trials)))
     trials = store.trials(**asdict(task.key),
                           source_hash=task.kernel.source_hash)
     verdict = choose_winner(trials, study.default_json)

@@ -1,4 +1,4 @@
-"""One Optuna study per tuning key: the default first, an earlier winner next, then the sampler.
+"""One Optuna study per tuning key: the default first, configs that won before next, then the sampler.
 
 Studies live in any Optuna storage URL, so several processes or machines pointed at one
 PostgreSQL server share them. Every measured candidate becomes a trial row in the tuning
@@ -7,12 +7,14 @@ database; a config already measured for a key is read back instead of measured a
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 import random
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import optuna
 
@@ -56,6 +58,11 @@ def study_name(key: TuningKey) -> str:
     return "|".join(str(v) for v in asdict(key).values())
 
 
+def _point_key(params: dict) -> str:
+    """The identity of a point of the space, as trials are compared."""
+    return json.dumps(params, sort_keys=True)
+
+
 def _record(task: KeyTask, config_json: str, outcome: Outcome, run_id: Optional[int]) -> TrialRecord:
     fields = {k: v for k, v in outcome.as_dict().items() if v is not None or k == "noise"}
     return TrialRecord(**asdict(task.key), config=json.loads(config_json), run_id=run_id,
@@ -85,11 +92,44 @@ class KeyStudy:
         """How many configs the declared space holds (before constraints)."""
         return math.prod(len(v) for v in self.space.values()) if self.space else 1
 
-    def enqueue(self, earlier_winner: Optional[dict]) -> None:
-        """The default config first, then an earlier winner: both are always candidates."""
-        for params in (json.loads(self.default_json), earlier_winner):
-            if params:
-                self.study.enqueue_trial({k: v for k, v in params.items() if k in self.space}, skip_if_exists=True)
+    def _point(self, params: dict) -> Optional[dict]:
+        """``params`` as a point of the declared space if the kernel accepts it for this call, else None."""
+        try:
+            config = self.task.kernel.validate_config(params, self.task.spec)
+        except ValueError:
+            return None
+        return {k: v for k, v in config.model_dump().items() if k in self.space}
+
+    @functools.cached_property
+    def valid_points(self) -> list[dict]:
+        """Every point of the declared space the kernel accepts for this call.
+
+        Spaces are small (a hundred points or so) and a refusal is a validation, so enumerating
+        costs milliseconds.
+        """
+        names = tuple(self.space)
+        points = (dict(zip(names, values)) for values in itertools.product(*self.space.values()))
+        return [p for p in points if self._point(p) is not None]
+
+    def _grid(self) -> bool:
+        return isinstance(self.study.sampler, optuna.samplers.GridSampler)
+
+    def goal(self, n_trials: int) -> int:
+        """How many distinct configs ``run(n_trials)`` measures: no more than the space holds and,
+        under TPE, no more than this call accepts."""
+        if not self.space or self._grid():
+            return min(n_trials, self.space_size())
+        return min(n_trials, len(self.valid_points))
+
+    def enqueue(self, known: Iterable[dict]) -> None:
+        """The default config first, then configs that won before (an earlier run's, the shipped
+        snapshot's): all are candidates, except those this call refuses, silently left out."""
+        if not self.space:  # nothing to choose: run() measures the default
+            return
+        for params in (json.loads(self.default_json), *known):
+            point = self._point(params)
+            if point is not None:
+                self.study.enqueue_trial(point, skip_if_exists=True)
 
     def measure(self, config_json: str) -> TrialRecord:
         """A trial row for a config: read back if this key already measured it, else measured now."""
@@ -118,28 +158,43 @@ class KeyStudy:
         return record.median_ms
 
     def run(self, n_trials: int, on_trial: Callable[[], None]) -> None:
-        """Trials until ``n_trials`` distinct configs are measured or the space is exhausted.
+        """Trials until ``goal(n_trials)`` distinct configs are measured or the attempts run out.
 
         A sampler may propose a config again (an enqueued default, a shared study); such repeats
         are read back for free, so they do not count against the budget. Nor do configs the
         kernel refuses for this call (a tile that does not fit): they cost no compile and no time.
+
+        A grid proposes every point once, so it gets one attempt per point. TPE may propose
+        refused or measured points again and again, so each of its draws that measures nothing
+        new is answered by enqueueing a spare: a valid point not seen yet, from a seeded shuffle
+        of ``valid_points``. Alone, a worker thus needs at most ``2 * goal + waiting`` trials
+        (waiting: the trials queued before the run, as the default), its bound; one sharing the
+        study may lose spares to other workers and stop at the bound with fewer of its own.
         """
         if not self.space:
             self.measure(self.default_json)
             on_trial()
             return
         seen: set[str] = set()
-        goal = min(n_trials, self.space_size())
-        grid = isinstance(self.study.sampler, optuna.samplers.GridSampler)
+        goal = self.goal(n_trials)
+        if self._grid():
+            spares = iter(())
+            attempts = self.space_size() + 2
+        else:
+            spares = iter(random.Random(self.seed).sample(self.valid_points, len(self.valid_points)))
+            waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+            attempts = 2 * goal + len(waiting)
 
         def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-            key = json.dumps(trial.params, sort_keys=True)
+            key = _point_key(trial.params)
             if key not in seen and "status" in trial.user_attrs:  # measured, not refused
                 seen.add(key)
                 on_trial()
+            elif "fixed_params" not in trial.system_attrs:  # a draw wasted: the next trial is a spare
+                spare = next((p for p in spares if _point_key(p) not in seen), None)
+                if spare is not None:
+                    study.enqueue_trial(spare)
             if len(seen) >= goal:
                 study.stop()
 
-        # A grid stops by itself once every point was proposed; TPE gets a bounded number of tries.
-        attempts = self.space_size() + 2 if grid else 3 * goal + 2
         self.study.optimize(self.objective, n_trials=attempts, callbacks=[callback])
