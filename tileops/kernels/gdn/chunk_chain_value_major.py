@@ -20,7 +20,7 @@ WARPGROUP_ROWS = 64  # value rows one warpgroup's wgmma covers
 ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in every product
 
 
-def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str):
+def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False):
     """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
     the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through ``o_s``, then rows
@@ -28,7 +28,8 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str):
 
     The chunk's tiles are stage ``s`` of ``q_s``, ``k_s``, ``v_s``, ``tp_s``, ``m_s`` and ``f_s``
     (a tensor-core product takes a tile's part only along a leading dimension); columns outside
-    lo..hi (the tokens outside the sequence) are masked.
+    lo..hi (the tokens outside the sequence) are masked. ``m_s`` holds M, or Mᵀ with
+    ``m_transposed``.
     """
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
@@ -51,7 +52,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str):
             d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
             dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[s, 2, j], 0.0)
             o_f[i, j] = o_f[i, j] * f_s[s, 1, j]
-        T.gemm(d_a, m_s[s, :, :], o_f, transpose_B=True, policy=ROWS)
+        T.gemm(d_a, m_s[s, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
         for i, j in T.Parallel(BV, K):
             s_f[i, j] = s_f[i, j] * f_s[s, 3, hi - 1]
         T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)

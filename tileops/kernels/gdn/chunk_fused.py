@@ -4,16 +4,17 @@ Per chunk of the sequence (windows start at the sequence's first token; the last
 at its end), three roles share the CTA through two stages of shared tiles:
 
 - the state warpgroups (one per 64 value rows) walk Sᵀ in registers exactly as the value-major
-  chain does (``chunk_chain_value_major.walk_step``), reading T', M and the factors from
+  chain does (``chunk_chain_value_major.walk_step``), reading T', Mᵀ and the factors from
   shared memory; as soon as they leave a stage they start the copies of the chunk two ahead
   into it (``cp.async``, completing on the stage's ``loaded`` barrier);
-- the first-pass warpgroup waits for a stage's inputs, forms its T', M and factors as
-  ``chunk_prep`` does (the gates' prefix sum restarts at the sequence's start, so it needs no
-  segment search), and arrives on the stage's ``ready`` barrier;
+- the first-pass warpgroup waits for a stage's inputs, forms its T', Mᵀ and factors with
+  ``chunk_prep``'s transforms, products and WY solve (the gates' prefix sum restarts at the
+  sequence's start, so it needs no segment search; Mᵀ comes from K Qᵀ, so that one exponential
+  per pair of tokens serves A and M), and arrives on the stage's ``ready`` barrier;
 - registers move from the first-pass warpgroup to the state warpgroups (``setmaxnreg``) when
   they are two: 2 · 192 + 120 = 3 · 168, what a 384-thread CTA is given.
 
-The state never leaves registers and T', M never leave shared memory, so a chunk's global
+The state never leaves registers and T', Mᵀ never leave shared memory, so a chunk's global
 traffic is its q, k, v, g, β in and o out.
 """
 
@@ -50,10 +51,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     tokens = T.dynamic("tokens")
     nseq = T.dynamic("nseq")
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
-    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype)
+    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True)
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
-    products = key_products(rows=C, width=K, l2norm=l2norm)
+    products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
     solve = wy_solve(C, dtype)
 
     @T.macro
@@ -68,9 +69,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
 
     @T.macro
     def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, a_log, dt_bias, hv, s, hi, row):
-        """T', M and the factors of the chunk in stage s (rows 0..hi of it in the sequence)."""
+        """T', Mᵀ and the factors of the chunk in stage s (rows 0..hi of it in the sequence)."""
         a_f = T.alloc_fragment([C, C], accum)
-        qk_f = T.alloc_fragment([C, C], accum)
+        mt_f = T.alloc_fragment([C, C], accum)
         a_s = T.alloc_shared([C, C + PAD], accum)
         l_s = T.alloc_shared([C, C], dtype)
         g_s = T.alloc_shared([C], accum)
@@ -92,17 +93,23 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 if j <= row:
                     acc[j % PREFIX_LANES] = acc[j % PREFIX_LANES] + g_s[j]
             p_s[row] = lane_total(acc, PREFIX_LANES)
-        products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, qk_f)
-        # e^{γ_i − γ_j} of every pair, masked through its exponent: evaluated by every thread
-        # without a branch, which a single warpgroup runs faster than skipping half the pairs.
+        products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, mt_f)
+        # Pair (i, j) of K Kᵀ below the diagonal and of K Qᵀ (Mᵀ) on and above it take the same
+        # decay, e^{−|γ_i − γ_j|}: one exponential per pair. Rows past the sequence's end have
+        # β = 0 and γ held, so they add nothing to A and only reach outputs that are not stored.
         for i, j in T.Parallel(C, C):
-            decay = T.exp(T.if_then_else(j <= i and i < hi, p_s[i] - p_s[j], -T.infinity(accum))) * rk_s[j]
-            a_f[i, j] = T.if_then_else(j < i, b_s[i] * rk_s[i] * decay * a_f[i, j], 0.0)
-            qk_f[i, j] = (scale * rq_s[i]) * decay * qk_f[i, j]
+            lower = j < i
+            decay = T.exp(T.if_then_else(lower, p_s[i] - p_s[j], p_s[j] - p_s[i]))
+            if l2norm:
+                a_f[i, j] = T.if_then_else(lower, (b_s[i] * rk_s[i] * rk_s[j]) * decay * a_f[i, j], 0.0)
+                mt_f[i, j] = T.if_then_else(lower, 0.0, (scale * rq_s[j] * rk_s[i]) * decay * mt_f[i, j])
+            else:
+                a_f[i, j] = T.if_then_else(lower, b_s[i] * decay * a_f[i, j], 0.0)
+                mt_f[i, j] = T.if_then_else(lower, 0.0, scale * decay * mt_f[i, j])
         for i, j in T.Parallel(C, C):
             a_s[i, j] = a_f[i, j]
             l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
-            m_s[s, i, j] = qk_f[i, j]
+            m_s[s, i, j] = mt_f[i, j]
         solve(a_s, l_s, b_s, tp_s, s, row)
         if row < C:
             last = p_s[hi - 1]

@@ -76,9 +76,9 @@ def row_rnorm(rows: int, width: int):
     return rnorm
 
 
-def key_products(*, rows: int, width: int, l2norm: bool):
+def key_products(*, rows: int, width: int, l2norm: bool, keys_first: bool = False):
     """A macro that writes the L2 norm's row factors of q and k (ones without the norm), then
-    K Kᵀ into ``a_f`` and Q Kᵀ into ``qk_f``."""
+    K Kᵀ into ``a_f`` and Q Kᵀ into ``qk_f`` (K Qᵀ with ``keys_first``)."""
     rnorm = row_rnorm(rows, width)
 
     @T.macro
@@ -92,7 +92,10 @@ def key_products(*, rows: int, width: int, l2norm: bool):
                 rq_s[i] = 1.0
 
         T.gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
-        T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
+        if keys_first:
+            T.gemm(k_s, q_s, qk_f, transpose_B=True, clear_accum=True)
+        else:
+            T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
 
     return products
 

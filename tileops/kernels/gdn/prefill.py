@@ -174,8 +174,9 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     once the tiles fill two waves, else one CTA of 256 threads with prefetch.
 
     Measured on the H200 (bf16, K = V = 128): fused took B8×T4096 HV32 (256 walks) from 0.876
-    to 0.783 ms and lost B1×T32768 HV32 (32 walks: 3.9 ms against 1.4) and B4×T8192 HV16 (64
-    walks: 0.97 against 0.51): one CTA walks all 128 columns, so few walks leave SMs idle.
+    to 0.714 ms and 16 mixed sequences from 0.955 to 0.785, and lost B1×T32768 HV32 (32 walks:
+    3.9 ms against 1.4) and B4×T8192 HV16 (64 walks: 0.97 against 0.51): one CTA walks all 128
+    columns, so few walks leave SMs idle.
     Value-major took the two-pass B8 chain from 0.570 to 0.502 ms, 16 mixed sequences from 0.643
     to 0.568 and B4×T8192 HV16 (128 tiles) from 0.364 to 0.327, and lost B1×T32768 HV32 (64
     tiles: 1.315 against 1.088 key-major with 32-wide tiles); 128-wide tiles lost to 64 on every
