@@ -186,6 +186,13 @@ def test_winner_rule_needs_more_than_the_noise_band():
     fast = TrialRecord(**key, config={"a": 4}, status="ok", median_ms=9.0)
     tie = TrialRecord(**key, config={"a": 0}, status="ok", median_ms=9.0)
     assert choose_winner([default, close, fast, tie], default.config_json).winner.config == {"a": 0}
+    # A default timed 10 ms, then 31 ms (a busy machine): a candidate 4x faster still wins, one
+    # 1.8x faster does not.
+    noisy = default.model_copy(update={"noise": 2.1})
+    quick = TrialRecord(**key, config={"a": 5}, status="ok", median_ms=2.5)
+    assert choose_winner([noisy, quick], default.config_json).winner.config == {"a": 5}
+    assert choose_winner([noisy, quick.model_copy(update={"median_ms": 5.5})],
+                         default.config_json).winner.config == {"a": 1}
 
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="compiling for sm90 needs nvcc")

@@ -1,8 +1,10 @@
 """Choosing a key's winner from its measured trials.
 
 The fastest correct config wins only if it beats the default by more than the noise band (the
-relative spread of the default timed twice, at least ``MIN_NOISE``); otherwise the default is
-recorded as the winner. Ties break on the config's canonical JSON, so every worker that looks at
+relative spread of the default timed twice, at least ``MIN_NOISE`` and at most ``MAX_NOISE``);
+otherwise the default is recorded as the winner. The cap keeps a busy machine, whose two timings
+of the default may differ several times over, from making every candidate lose: one twice as
+fast as the default wins however noisy the default was. Ties break on the config's canonical JSON, so every worker that looks at
 the same trials picks the same winner.
 """
 
@@ -14,6 +16,7 @@ from typing import Optional, Sequence
 from db.schemas import TrialRecord
 
 MIN_NOISE = 0.02
+MAX_NOISE = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ def choose_winner(trials: Sequence[TrialRecord], default_json: str) -> Verdict:
     correct = sorted((t for t in trials if t.status == "ok"), key=_rank)
     defaults = [t for t in correct if t.config_json == default_json]
     default = defaults[0] if defaults else None
-    noise = max([MIN_NOISE] + [t.noise for t in defaults if t.noise is not None])
+    noise = min(MAX_NOISE, max([MIN_NOISE] + [t.noise for t in defaults if t.noise is not None]))
     if not correct:
         return Verdict(None, None, noise, "no candidate passed the correctness gate")
     best = correct[0]
