@@ -13,7 +13,7 @@ from typing import Optional
 
 from db.schemas import WinnerRecord
 from dispatch.key import TuningKey, key_for
-from dispatch.snapshot import shipped_winners
+from dispatch.snapshot import shipped_matching
 from dispatch.userdb import UserDatabase
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
@@ -84,8 +84,7 @@ def select(kernel: KernelDef, spec: CallSpec) -> Selection:
 
 def _choose(kernel: KernelDef, spec: CallSpec, key: TuningKey) -> Selection:
     filters = _family_filters(key)
-    shipped = [r for r in shipped_winners(key.arch) if all(getattr(r, k) == v for k, v in filters.items())]
-    sources = (("user", user_database().winners(**filters)), ("shipped", shipped))
+    sources = (("user", user_database().winners(**filters)), ("shipped", shipped_matching(filters)))
     passed_over: list[str] = []
     candidates = []
     for rank, (source, rows) in enumerate(sources):

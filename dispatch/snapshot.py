@@ -21,3 +21,9 @@ def shipped_winners(arch: str) -> tuple[WinnerRecord, ...]:
     for line, reason in rejects:
         warnings.warn(f"shipped snapshot {arch}.jsonl line {line} skipped: {reason}", stacklevel=2)
     return tuple(records)
+
+
+def shipped_matching(fields: dict) -> list[WinnerRecord]:
+    """The shipped winners whose named key fields (``arch`` among them) equal the values given."""
+    return [row for row in shipped_winners(fields["arch"])
+            if all(getattr(row, name) == value for name, value in fields.items())]

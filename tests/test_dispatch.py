@@ -64,7 +64,6 @@ def snapshot_rows(monkeypatch):
     """Replace the shipped snapshot with rows the test chooses."""
     rows: list[WinnerRecord] = []
     monkeypatch.setattr(snapshot, "shipped_winners", lambda arch: tuple(r for r in rows if r.arch == arch))
-    monkeypatch.setattr("dispatch.lookup.shipped_winners", snapshot.shipped_winners)
     return rows
 
 

@@ -90,7 +90,7 @@ def test_the_shipped_winner_of_the_key_is_a_candidate(monkeypatch, tmp_path):
             WinnerRecord(**dict(key, device_name="cpu c"), config={"block": 6}, time_ms=1.0, source_hash="0" * 16),
             WinnerRecord(**dict(key, dim_k=32), config={"block": 4}, time_ms=1.0, source_hash="0" * 16),
         ]
-        monkeypatch.setattr("tuner.known.shipped_winners", lambda arch: tuple(shipped) if arch == "cpu" else ())
+        monkeypatch.setattr("dispatch.snapshot.shipped_winners", lambda arch: tuple(shipped) if arch == "cpu" else ())
         db = f"sqlite:///{tmp_path / 'tuning.db'}"
         _tune(db, f"sqlite:///{tmp_path / 'optuna.db'}", trials=2)
         trials = TuningStore(db).trials(kernel=fakes.PICKY)

@@ -8,15 +8,14 @@ from dataclasses import asdict
 from db.models import KEY_COLUMNS
 from db.store import TuningStore
 from dispatch.key import TuningKey
-from dispatch.snapshot import shipped_winners
+from dispatch.snapshot import shipped_matching
 
 
 def shipped_configs(key: TuningKey) -> list[dict]:
     """The snapshot's winners for this key, tuned on any device of its architecture and any
     kernel source: a stale or foreign winner is still a good candidate."""
-    fields = [name for name in KEY_COLUMNS if name != "device_name"]
-    return [row.config for row in shipped_winners(key.arch)
-            if all(getattr(row, name) == getattr(key, name) for name in fields)]
+    fields = {name: getattr(key, name) for name in KEY_COLUMNS if name != "device_name"}
+    return [row.config for row in shipped_matching(fields)]
 
 
 def known_configs(store: TuningStore, key: TuningKey) -> list[dict]:
