@@ -22,7 +22,8 @@ import tilelang.language as T  # no postponed annotations: TileLang evaluates th
 
 from tileops.kernels.gdn.chain_entry import state_io
 from tileops.kernels.gdn.chunk_chain_value_major import walk_step
-from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, wy_solve
+from tileops.kernels.gdn.chunk_prep import (PAD, input_transforms, key_products, lane_total, off_diagonal_clear,
+                                            wy_solve)
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
@@ -55,7 +56,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
-    solve = wy_solve(C, dtype)
+    solve = wy_solve(C, dtype, zeros_once=True)
+    clear = off_diagonal_clear(C)
 
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
@@ -68,7 +70,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         T.cp_async_barrier_noinc(loaded[s])
 
     @T.macro
-    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, a_log, dt_bias, hv, s, hi, row):
+    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, dl_s, a_log, dt_bias, hv, s, hi, row):
         """T', Mᵀ and the factors of the chunk in stage s (rows 0..hi of it in the sequence)."""
         a_f = T.alloc_fragment([C, C], accum)
         mt_f = T.alloc_fragment([C, C], accum)
@@ -90,8 +92,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             for p in T.unroll(PREFIX_LANES, explicit=True):
                 acc[p] = 0.0
             for j in T.unroll(C, explicit=True):
-                if j <= row:
-                    acc[j % PREFIX_LANES] = acc[j % PREFIX_LANES] + g_s[j]
+                acc[j % PREFIX_LANES] = acc[j % PREFIX_LANES] + T.if_then_else(j <= row, g_s[j], 0.0)
             p_s[row] = lane_total(acc, PREFIX_LANES)
         products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, mt_f)
         # Pair (i, j) of K Kᵀ below the diagonal and of K Qᵀ (Mᵀ) on and above it take the same
@@ -99,7 +100,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         # β = 0 and γ held, so they add nothing to A and only reach outputs that are not stored.
         for i, j in T.Parallel(C, C):
             lower = j < i
-            decay = T.exp(T.if_then_else(lower, p_s[i] - p_s[j], p_s[j] - p_s[i]))
+            decay = T.exp(T.if_then_else(lower, p_s[i] - p_s[j], -(p_s[i] - p_s[j])))
             if l2norm:
                 a_f[i, j] = T.if_then_else(lower, (b_s[i] * rk_s[i] * rk_s[j]) * decay * a_f[i, j], 0.0)
                 mt_f[i, j] = T.if_then_else(lower, 0.0, (scale * rq_s[j] * rk_s[i]) * decay * mt_f[i, j])
@@ -110,7 +111,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             a_s[i, j] = a_f[i, j]
             l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
             m_s[s, i, j] = mt_f[i, j]
-        solve(a_s, l_s, b_s, tp_s, s, row)
+        solve(a_s, l_s, d_s, dl_s, b_s, tp_s, s, row)
         if row < C:
             last = p_s[hi - 1]
             f_s[s, 0, row] = T.exp(p_s[row]) * rk_s[row]
@@ -155,10 +156,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         else:
             if shifted:
                 T.set_max_nreg(aux_regs, 0)
+            d_s = T.alloc_shared([C, C + PAD], accum)
+            dl_s = T.alloc_shared([C, C], dtype)
+            clear(d_s, dl_s)
             for c in T.serial(windows):
                 s = c % S
                 T.barrier_wait(loaded[s], (c // S) % 2)
-                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, a_log, dt_bias, hv, s,
+                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, dl_s, a_log, dt_bias, hv, s,
                            T.min(eos - bos - c * C, C), tx - walkers)
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
                 T.barrier_arrive(ready[s])
