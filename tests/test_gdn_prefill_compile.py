@@ -127,6 +127,8 @@ def test_varlen_with_every_transform_compiles():
     prep, chain = compile_both(call, config)
     assert "cu_seqlens" in prep.get_kernel_source() and "cu_seqlens" in chain.get_kernel_source()
     assert "int nseq" in chain.get_kernel_source()
+    # The WY solve's merge on the tensor cores, in the call's dtype.
+    assert "tileops_gdn::wy_merge_f16(" in prep.get_kernel_source()
     # The value-major chain of the same call: its products take the state from registers.
     value_major = compile_both(call, GDNPrefillConfig(state_major="value", block_v=64, threads=128))[1]
     assert "wgmma_rs" in value_major.get_kernel_source()
@@ -146,3 +148,4 @@ def test_fused_kernel_compiles_warp_specialised():
     assert "warpgroup_reg_alloc<192>" in source and "warpgroup_reg_dealloc<120>" in source
     assert "mbarrier_cp_async_arrive_noinc" in source and "wgmma_rs" in source
     assert "int seq_len" in source and "int tokens" in source
+    assert "tileops_gdn::wy_merge_bf16(" in source and "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in source

@@ -8,9 +8,10 @@ at its end), three roles share the CTA through two stages of shared tiles:
   shared memory; as soon as they leave a stage they start the copies of the chunk two ahead
   into it (``cp.async``, completing on the stage's ``loaded`` barrier);
 - the first-pass warpgroup waits for a stage's inputs, forms its T', Mᵀ and factors with
-  ``chunk_prep``'s transforms, products and WY solve (the gates' prefix sum restarts at the
-  sequence's start, so it needs no segment search; Mᵀ comes from K Qᵀ, so that one exponential
-  per pair of tokens serves A and M), and arrives on the stage's ``ready`` barrier;
+  ``chunk_prep``'s transforms, products and block substitution and ``wy_merge``'s tensor-core
+  merge (the gates' prefix sum restarts at the sequence's start, so it needs no segment search;
+  Mᵀ comes from K Qᵀ, so that one exponential per pair of tokens serves A and M), and arrives
+  on the stage's ``ready`` barrier;
 - registers move from the first-pass warpgroup to the state warpgroups (``setmaxnreg``) when
   they are two: 2 · 192 + 120 = 3 · 168, what a 384-thread CTA is given.
 
@@ -22,9 +23,9 @@ import tilelang.language as T  # no postponed annotations: TileLang evaluates th
 
 from tileops.kernels.gdn.chain_entry import state_io
 from tileops.kernels.gdn.chunk_chain_value_major import walk_step
-from tileops.kernels.gdn.chunk_prep import (PAD, input_transforms, key_products, lane_total, off_diagonal_clear,
-                                            wy_solve)
+from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, upper_clear, wy_solve
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
+from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
 PREFIX_LANES = 4  # partial sums of the gates' prefix sum (T.cumsum runs on threads 0-31 only)
@@ -42,7 +43,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     """
     H, HV, K, V, C, S = heads, value_heads, dim_k, dim_v, chunk, FUSED_STAGES
     group = HV // H
-    half = C // 2
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
     threads = walkers + WARPGROUP
@@ -56,8 +56,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
-    solve = wy_solve(C, dtype, zeros_once=True)
-    clear = off_diagonal_clear(C)
+    solve = wy_solve(C, dtype)
+    clear = upper_clear(C)
 
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
@@ -70,12 +70,11 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         T.cp_async_barrier_noinc(loaded[s])
 
     @T.macro
-    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, dl_s, a_log, dt_bias, hv, s, hi, row):
+    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s, hi, row):
         """T', Mᵀ and the factors of the chunk in stage s (rows 0..hi of it in the sequence)."""
         a_f = T.alloc_fragment([C, C], accum)
         mt_f = T.alloc_fragment([C, C], accum)
         a_s = T.alloc_shared([C, C + PAD], accum)
-        l_s = T.alloc_shared([C, C], dtype)
         g_s = T.alloc_shared([C], accum)
         p_s = T.alloc_shared([C], accum)
         b_s = T.alloc_shared([C], accum)
@@ -95,9 +94,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 acc[j % PREFIX_LANES] = acc[j % PREFIX_LANES] + T.if_then_else(j <= row, g_s[j], 0.0)
             p_s[row] = lane_total(acc, PREFIX_LANES)
         products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, mt_f)
-        # Pair (i, j) of K Kᵀ below the diagonal and of K Qᵀ (Mᵀ) on and above it take the same
-        # decay, e^{−|γ_i − γ_j|}: one exponential per pair. Rows past the sequence's end have
-        # β = 0 and γ held, so they add nothing to A and only reach outputs that are not stored.
+        # Pair (i, j) of K Kᵀ below the diagonal and of K Qᵀ (Mᵀ) on and above it take the decay
+        # from the earlier token to the later, e^{γ_later − γ_earlier}: one exponential per pair.
+        # Rows past the sequence's end have β = 0 and γ held, so they add nothing to A and only
+        # reach outputs that are not stored.
         for i, j in T.Parallel(C, C):
             lower = j < i
             decay = T.exp(T.if_then_else(lower, p_s[i] - p_s[j], -(p_s[i] - p_s[j])))
@@ -109,9 +109,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 mt_f[i, j] = T.if_then_else(lower, 0.0, scale * decay * mt_f[i, j])
         for i, j in T.Parallel(C, C):
             a_s[i, j] = a_f[i, j]
-            l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
             m_s[s, i, j] = mt_f[i, j]
-        solve(a_s, l_s, d_s, dl_s, b_s, tp_s, s, row)
+        solve(a_s, d_s, w_s, row)
+        for i, j in T.Parallel(C, C):
+            tp_s[s, i, j] = d_s[i, j] * b_s[j]
         if row < C:
             last = p_s[hi - 1]
             f_s[s, 0, row] = T.exp(p_s[row]) * rk_s[row]
@@ -157,12 +158,12 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             if shifted:
                 T.set_max_nreg(aux_regs, 0)
             d_s = T.alloc_shared([C, C + PAD], accum)
-            dl_s = T.alloc_shared([C, C], dtype)
-            clear(d_s, dl_s)
+            w_s = T.alloc_shared([4 * BLOCK, SCRATCH_LD], accum)
+            clear(d_s)
             for c in T.serial(windows):
                 s = c % S
                 T.barrier_wait(loaded[s], (c // S) % 2)
-                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, dl_s, a_log, dt_bias, hv, s,
+                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s,
                            T.min(eos - bos - c * C, C), tx - walkers)
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
                 T.barrier_arrive(ready[s])
@@ -183,7 +184,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             ht: T.Tensor(state_shape, accum),
             has_init: T.int32,
         ):
-            with T.Kernel(HV, nseq, threads=threads) as (hv, n):
+            with T.Kernel(HV, nseq, threads=threads, prelude=SOURCE) as (hv, n):
                 run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, cu_seqlens[n], cu_seqlens[n + 1], has_init)
     else:
         @T.prim_func
@@ -201,7 +202,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             seq_len: T.int32,
             has_init: T.int32,
         ):
-            with T.Kernel(HV, nseq, threads=threads) as (hv, n):
+            with T.Kernel(HV, nseq, threads=threads, prelude=SOURCE) as (hv, n):
                 run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, n * seq_len, (n + 1) * seq_len, has_init)
 
     return fused

@@ -21,7 +21,8 @@ q, k and v as given and evaluates no transcendental.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.prefill import ROW_PAD  # T' and M on their way to whole-row stores
+from tileops.kernels.gdn.prefill import ROW_PAD, WARPGROUP
+from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE, block_merge
 
 LANES = 8  # partial sums per row of the forward substitution
 NEWEST = 2  # entries of a column subtracted last in each row of it, outside the partial sums
@@ -102,98 +103,91 @@ def key_products(*, rows: int, width: int, l2norm: bool, keys_first: bool = Fals
     return products
 
 
-def off_diagonal_clear(chunk: int):
-    """A macro that zeroes the off-diagonal half blocks of D⁻¹ (``d_s`` in fp32, ``dl_s`` in the
-    input dtype), for ``wy_solve(zeros_once=True)``."""
-    C = chunk
-    half = C // 2
+def block_substitution(block: int):
+    """A macro that writes into the local ``x`` (``block`` entries) column ``col_thread % block``
+    of the inverse of diagonal block ``col_thread // block`` of I + A (A strictly lower, fp32, in
+    ``a_s``), by forward substitution with the column in registers.
+
+    A row's terms from all but its NEWEST newest entries are summed in LANES partial sums while
+    those entries are still being found, and the newest are subtracted last: the chain from one
+    row to the next is NEWEST multiply-adds."""
+    B = block
 
     @T.macro
-    def clear(d_s, dl_s):
+    def substitute(a_s, x, col_thread):
+        acc = T.alloc_local([LANES], "float32")
+        blk = col_thread // B
+        col = col_thread % B
+        for r in T.unroll(B, explicit=True):
+            for p in T.unroll(LANES, explicit=True):
+                acc[p] = 0.0
+            for j in T.unroll(B, explicit=True):
+                if j < r - NEWEST:
+                    acc[j % LANES] = acc[j % LANES] - a_s[blk * B + r, blk * B + j] * x[j]
+            x[r] = T.if_then_else(col == r, 1.0, 0.0) + lane_total(acc)
+            for j in T.unroll(B, explicit=True):
+                if r - NEWEST <= j and j < r:
+                    x[r] = x[r] - a_s[blk * B + r, blk * B + j] * x[j]
+
+    return substitute
+
+
+def upper_clear(chunk: int):
+    """A macro that zeroes ``d_s`` above its diagonal BLOCK × BLOCK blocks, where ``wy_solve``
+    leaves it untouched: once for every solve that reuses the tile."""
+    C = chunk
+
+    @T.macro
+    def clear(d_s):
         for i, j in T.Parallel(C, C):
-            if i // half != j // half:
+            if i // BLOCK < j // BLOCK:
                 d_s[i, j] = 0.0
-                dl_s[i, j] = 0.0
 
     return clear
 
 
-def wy_solve(chunk: int, dtype: str, *, zeros_once: bool):
-    """A macro that writes T' = (I + A)⁻¹ diag(β) into stage s of ``t_s``, from A (strictly lower,
-    fp32, in ``a_s``), its lower-left block in the input dtype (``l_s``) and β (``b_s``), with
-    ``d_s`` and ``dl_s`` (D⁻¹ in fp32 and in the input dtype) as work tiles.
-
-    By halves: each diagonal half block D of I + A is inverted by forward substitution (one thread
-    per column, ``col_thread`` < C, the column in registers), then (I + A)⁻¹ = D⁻¹ - D⁻¹ L D⁻¹:
-    two tensor-core products in the input dtype, D⁻¹ itself kept in fp32. A row's terms from all
-    but its NEWEST newest entries are summed in LANES partial sums while those entries are still
-    being found, and the newest are subtracted last: the chain from one row to the next is
-    NEWEST multiply-adds.
-
-    With ``zeros_once`` the solve writes D⁻¹'s diagonal half blocks only: ``off_diagonal_clear``
-    zeroed the rest once for every solve that reuses the tiles (the fused kernel's loop, where
-    writing them here made TileLang fence the threads every few rows). Without, it writes the
-    zeros too (one solve per CTA: measured 13% faster than a separate clear).
-    """
+def wy_solve(chunk: int, dtype: str):
+    """A macro for the 128 threads of one warpgroup (``row`` 0..127) that writes (I + A)⁻¹ into
+    ``d_s`` on and below its diagonal blocks, from A (strictly lower, fp32, in ``a_s``): the
+    diagonal blocks' inverses by ``block_substitution`` (one thread per column, exact in fp32),
+    then the blocks below them by ``wy_merge.block_merge`` on the tensor cores. ``w_s``
+    ([4 · BLOCK, SCRATCH_LD] fp32) is scratch; the kernel's prelude needs ``wy_merge.SOURCE``."""
     C = chunk
-    half = C // 2
-    accum = "float32"
+    substitute = block_substitution(BLOCK)
+    merge = block_merge(C, dtype)
 
     @T.macro
-    def solve(a_s, l_s, d_s, dl_s, b_s, t_s, s, col_thread):
-        y_s = T.alloc_shared([C, C], dtype)
-        y_f = T.alloc_fragment([C, C], accum)
-        x = T.alloc_local([half], accum)
-        acc = T.alloc_local([LANES], accum)
-        blk = col_thread // half
-        col = col_thread % half
-        if col_thread < C:
-            for r in T.unroll(half, explicit=True):
-                for p in T.unroll(LANES, explicit=True):
-                    acc[p] = 0.0
-                for j in T.unroll(half, explicit=True):
-                    if j < r - NEWEST:
-                        acc[j % LANES] = acc[j % LANES] - a_s[blk * half + r, blk * half + j] * x[j]
-                x[r] = T.if_then_else(col == r, 1.0, 0.0) + lane_total(acc)
-                for j in T.unroll(half, explicit=True):
-                    if r - NEWEST <= j and j < r:
-                        x[r] = x[r] - a_s[blk * half + r, blk * half + j] * x[j]
-            for r in T.unroll(half, explicit=True):
-                d_s[blk * half + r, col_thread] = x[r]
-                dl_s[blk * half + r, col_thread] = x[r]
-                if not zeros_once:
-                    d_s[(1 - blk) * half + r, col_thread] = 0.0
-                    dl_s[(1 - blk) * half + r, col_thread] = 0.0
-        T.gemm(l_s, dl_s, y_f, clear_accum=True)
-        T.copy(y_f, y_s)
-        T.gemm(dl_s, y_s, y_f, clear_accum=True)
-        for i, j in T.Parallel(C, C):
-            t_s[s, i, j] = (d_s[i, j] - y_f[i, j]) * b_s[j]
+    def solve(a_s, d_s, w_s, row):
+        x = T.alloc_local([BLOCK], "float32")
+        if row < C:
+            substitute(a_s, x, row)
+            for r in T.unroll(BLOCK, explicit=True):
+                d_s[row // BLOCK * BLOCK + r, row] = x[r]
+        merge(a_s, d_s, w_s, row)
 
     return solve
 
 
 def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, varlen: bool,
-                 l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
-                 threads: int = 128):
+                 l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
     (int32, [N+1]) bounds the sequences. g, beta, A_log and dt_bias are read in fp32. Outputs: ``tp`` and ``m`` [HV, tokens, C] in the input
     dtype, ``f`` [4, HV, tokens] (f_x, f_o, f_s, f_c) in fp32.
-    Grid: (HV, ceil(tokens / C)).
+    Grid: (HV, ceil(tokens / C)), one warpgroup each: a thread per row, and a warp per block row of
+    the WY merge.
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     group = HV // H
-    half = C // 2
     accum = "float32"
     tokens = T.dynamic("tokens")
     nseq = T.dynamic("nseq")
-    assert C <= threads, "one thread per row, and per column of the solve"
 
     products = key_products(rows=C, width=K, l2norm=l2norm)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
-    solve = wy_solve(C, dtype, zeros_once=False)
+    solve = wy_solve(C, dtype)
+    clear = upper_clear(C)
 
     @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, f_out, hv, w):
@@ -204,10 +198,8 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         a_f = T.alloc_fragment([C, C], accum)
         qk_f = T.alloc_fragment([C, C], accum)
         a_s = T.alloc_shared([C, C + PAD], accum)
-        l_s = T.alloc_shared([C, C], dtype)
         d_s = T.alloc_shared([C, C + PAD], accum)
-        dl_s = T.alloc_shared([C, C], dtype)
-        t_s = T.alloc_shared([1, C, C + ROW_PAD], dtype)  # one stage, as wy_solve writes it
+        w_s = T.alloc_shared([4 * BLOCK, SCRATCH_LD], accum)
         m_s = T.alloc_shared([C, C + ROW_PAD], dtype)
         g_s = T.alloc_shared([C], accum)
         p_s = T.alloc_shared([C], accum)
@@ -225,6 +217,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
 
         T.copy(k[t0:t0 + C, h, :], k_s)
         T.copy(q[t0:t0 + C, h, :], q_s)
+        clear(d_s)
         if tx < C:
             t = t0 + tx
             # The sequence holding token t: a binary search of cu_seqlens, or a division.
@@ -265,16 +258,15 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             qk_f[i, j] = (scale * rq_s[i]) * decay * qk_f[i, j]
         for i, j in T.Parallel(C, C):
             a_s[i, j] = a_f[i, j]
-            l_s[i, j] = T.if_then_else(j < half and half <= i, a_f[i, j], 0.0)
             m_s[i, j] = qk_f[i, j]
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
 
-        solve(a_s, l_s, d_s, dl_s, b_s, t_s, 0, tx)
+        solve(a_s, d_s, w_s, tx)
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
-                tp[hv, t0 + i, j] = t_s[0, i, j]
+                tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
         for i in T.Parallel(C):
             if t0 + i < tokens:
                 f_out[0, hv, t0 + i] = T.exp(gam_s[i]) * rk_s[i]
@@ -296,7 +288,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             m_out: T.Tensor([HV, tokens, C], dtype),
             f_out: T.Tensor([4, HV, tokens], accum),
         ):
-            with T.Kernel(HV, T.ceildiv(tokens, C), threads=threads) as (hv, w):
+            with T.Kernel(HV, T.ceildiv(tokens, C), threads=WARPGROUP, prelude=SOURCE) as (hv, w):
                 solve_window(q, k, g, beta, a_log, dt_bias, cu_seqlens, tp, m_out, f_out, hv, w)
     else:
         @T.prim_func
@@ -312,7 +304,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             f_out: T.Tensor([4, HV, tokens], accum),
             seq_len: T.int32,
         ):
-            with T.Kernel(HV, T.ceildiv(tokens, C), threads=threads) as (hv, w):
+            with T.Kernel(HV, T.ceildiv(tokens, C), threads=WARPGROUP, prelude=SOURCE) as (hv, w):
                 solve_window(q, k, g, beta, a_log, dt_bias, seq_len, tp, m_out, f_out, hv, w)
 
     return prep

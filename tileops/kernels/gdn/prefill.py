@@ -173,14 +173,14 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     fewer than 64 walks would leave SMs idle, two lean CTAs per SM (128 threads, no prefetch)
     once the tiles fill two waves, else one CTA of 256 threads with prefetch.
 
-    Measured on the H200 (bf16, K = V = 128): fused took B8×T4096 HV32 (256 walks) from 0.876
-    to 0.714 ms and 16 mixed sequences from 0.955 to 0.785, and lost B1×T32768 HV32 (32 walks:
-    3.9 ms against 1.4) and B4×T8192 HV16 (64 walks: 0.97 against 0.51): one CTA walks all 128
-    columns, so few walks leave SMs idle.
-    Value-major took the two-pass B8 chain from 0.570 to 0.502 ms, 16 mixed sequences from 0.643
-    to 0.568 and B4×T8192 HV16 (128 tiles) from 0.364 to 0.327, and lost B1×T32768 HV32 (64
-    tiles: 1.315 against 1.088 key-major with 32-wide tiles); 128-wide tiles lost to 64 on every
-    shape, 16-wide to 32.
+    Measured on the H200 (bf16, K = V = 128, 2026-11-30, ``bench/gdn_prefill_dev.py``): fused runs
+    B8×T4096 HV32 (256 walks) in 0.63 ms against 0.83 for two passes and 16 mixed sequences in
+    0.73 against 0.89, and loses B1×T32768 HV32 (32 walks: 2.45 ms against 1.45) and B4×T8192
+    HV16 (64 walks: 0.62 against 0.48): one CTA walks all 128 columns, so few walks leave SMs
+    idle. The value-major chain runs the two-pass B8 in 0.454 ms against 0.491 key-major, 16 mixed
+    sequences in 0.518 against 0.559 and B4×T8192 HV16 (128 tiles) in 0.283 against 0.321, and
+    loses B1×T32768 HV32 (64 tiles: 1.115 against 1.074 key-major with 32-wide tiles); 128-wide
+    tiles lost to 64 on every shape, 16-wide to 32.
     """
     walks = spec.batch * spec.value_heads
     if spec.dim_v == 128 and walks >= SMS:
@@ -223,5 +223,5 @@ KERNEL = register(KernelDef(
     modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
              "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
              "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
-             "tileops.kernels.gdn.chunk_fused"),
+             "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge"),
 ))

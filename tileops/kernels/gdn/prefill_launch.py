@@ -28,7 +28,6 @@ PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
 # fused kernel): approximate ones took the fused B8×T4096 from 0.88 ms to 0.78, and the two-pass
 # first pass of B8 from 0.420 to 0.408, at the same error against the float64 reference.
 FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
-PREP_THREADS = 128  # measured faster than 256 on the H200: the window's work is too serial to split
 
 _TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
@@ -56,7 +55,7 @@ def first_pass_flags(spec: CallSpec) -> dict:
 def compile_prep(config: GDNPrefillConfig, spec: CallSpec):
     """The first pass for ``spec``."""
     program = prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
-                           threads=PREP_THREADS, **first_pass_flags(spec))
+                           **first_pass_flags(spec))
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
