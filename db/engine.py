@@ -20,8 +20,16 @@ DEFAULT_PATH = Path("~/.cache/tileops/tuning.db")
 BUSY_TIMEOUT_S = 30.0
 READ_BUSY_TIMEOUT_S = 2.0
 
-# Driver names that mean PostgreSQL without naming a driver: psycopg 3 serves them.
-_POSTGRES_ALIASES = {"postgresql", "postgres"}
+# Backends named without a driver, and the driver that serves them: psycopg 3 and PyMySQL.
+_DEFAULT_DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg",
+                    "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql"}
+
+# How a server session is made read-only, per backend: its transactions refuse to write.
+_READ_ONLY_CONNECT_ARGS = {
+    "postgresql": {"options": "-c default_transaction_read_only=on"},
+    "mysql": {"init_command": "SET SESSION TRANSACTION READ ONLY"},
+    "mariadb": {"init_command": "SET SESSION TRANSACTION READ ONLY"},
+}
 
 
 def resolve_url(db: Optional[str] = None) -> str:
@@ -44,11 +52,10 @@ def sqlite_url(path: Path) -> str:
 
 
 def driver_url(url: str) -> URL:
-    """The URL with an explicit driver: a bare ``postgresql://`` uses psycopg 3."""
+    """The URL with an explicit driver: a bare ``postgresql://`` uses psycopg 3, a bare
+    ``mysql://`` or ``mariadb://`` PyMySQL."""
     parsed = make_url(url)
-    if parsed.drivername in _POSTGRES_ALIASES:
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed
+    return parsed.set(drivername=_DEFAULT_DRIVERS.get(parsed.drivername, parsed.drivername))
 
 
 def sqlite_path(url: str) -> Optional[Path]:
@@ -65,18 +72,19 @@ def display_url(url: str) -> str:
 
 
 def make_engine(url: str, *, readonly: bool = False) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys.
+    """An engine for ``url``: SQLite gets WAL, a busy timeout and foreign keys; a server's pooled
+    connections are checked before use (servers drop idle ones).
 
     ``readonly`` opens SQLite through a ``mode=ro`` URI (the file is never created or written)
-    and PostgreSQL with read-only transactions. Other backends are passed through as given.
+    and PostgreSQL, MySQL and MariaDB with read-only transactions. Other backends are passed
+    through as given.
     """
     parsed = driver_url(url)
-    if parsed.get_backend_name() == "sqlite":
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
         return _sqlite_engine(parsed, readonly=readonly)
-    if readonly and parsed.get_backend_name() == "postgresql":
-        options = "-c default_transaction_read_only=on"
-        return create_engine(parsed, connect_args={"options": options}, pool_pre_ping=True)
-    return create_engine(parsed, pool_pre_ping=True)
+    connect_args = _READ_ONLY_CONNECT_ARGS.get(backend, {}) if readonly else {}
+    return create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
 
 
 def _sqlite_engine(url: URL, *, readonly: bool) -> Engine:

@@ -14,12 +14,19 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, inspect, text
 
 from db.engine import display_url
-from db.errors import SchemaOutOfDate
+from db.errors import SchemaOutOfDate, StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+# Migrating processes take turns through a lock of the server: on PostgreSQL an advisory lock of
+# this key (any constant shared by all), on MySQL and MariaDB a lock named after the database.
+_POSTGRES_LOCK_KEY = 0x7469_6C65
+_MYSQL_LOCK_NAME = "CONCAT('tileops-migrate:', DATABASE())"
+_MYSQL_LOCK_WAIT_S = 600
+_MYSQL = ("mysql", "mariadb")
 
 
 def alembic_config(url: str) -> Config:
@@ -29,6 +36,34 @@ def alembic_config(url: str) -> Config:
     # ConfigParser interpolation: a literal % (URL-escaped passwords) must be doubled.
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
+
+
+def take_migration_lock(connection: Connection) -> None:
+    """Wait for, and take, the turn to migrate the database.
+
+    PostgreSQL's lock ends with the transaction. MySQL's DDL commits at once, so its lock is the
+    session's: it goes when the connection does. SQLite needs none: the engine begins write
+    transactions with BEGIN IMMEDIATE.
+    """
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _POSTGRES_LOCK_KEY})
+    elif connection.dialect.name in _MYSQL:
+        taken = connection.execute(text(f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, :wait_s)"),
+                                   {"wait_s": _MYSQL_LOCK_WAIT_S}).scalar()
+        if taken != 1:
+            raise StoreError(f"another process has been migrating the database for {_MYSQL_LOCK_WAIT_S} s")
+
+
+def wait_for_migration(engine: Engine) -> None:
+    """Return once no other process is migrating the database.
+
+    MySQL and MariaDB show a migration's tables as they are made, so a schema still being made
+    must not be judged yet; elsewhere a migration is one transaction, seen whole or not at all.
+    """
+    if engine.dialect.name in _MYSQL:
+        with engine.connect() as connection:
+            take_migration_lock(connection)
+            connection.execute(text(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"))
 
 
 def upgrade(url: str, revision: str = "head") -> None:
@@ -78,4 +113,5 @@ def ensure_current(engine: Engine, url: str) -> None:
     """Give a brand-new database (no tables at all) the schema; require any other to be current."""
     if not inspect(engine).get_table_names():
         upgrade(url)
+    wait_for_migration(engine)
     require_current(engine, url)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # The fields of dispatch.key.TuningKey, in order (spelled out: dispatch imports db, not the reverse).
@@ -33,6 +34,20 @@ TRIAL_STATUSES = ("ok", "compile_error", "wrong", "crashed", "timeout", "invalid
 WINNER_SOURCES = ("tuned", "shipped", "user")
 RUN_STATUSES = ("running", "ok", "failed", "interrupted")
 
+# MySQL and MariaDB get types of their own where theirs would differ from SQLite's and
+# PostgreSQL's (whose DDL these variants leave as it was): DOUBLE, as their FLOAT is single
+# precision; DATETIME(6), as their DATETIME drops fractions of a second; binary collations for the
+# key and the config, which compare byte for byte elsewhere; and ASCII for the key's identifiers and
+# the canonical JSON (ASCII by construction), as an index holds at most 3072 bytes and utf8mb4
+# takes 4 per character.
+MYSQL = ("mysql", "mariadb")
+_ASCII = dict(charset="ascii", collation="ascii_bin")
+Float64 = Float().with_variant(mysql.DOUBLE(asdecimal=False), *MYSQL)
+Identifier = String(128).with_variant(mysql.VARCHAR(128, **_ASCII), *MYSQL)
+DeviceName = String(128).with_variant(mysql.VARCHAR(128, charset="utf8mb4", collation="utf8mb4_bin"), *MYSQL)
+FlagsJson = String(1024).with_variant(mysql.VARCHAR(1024, **_ASCII), *MYSQL)
+ConfigJson = Text().with_variant(mysql.TEXT(**_ASCII), *MYSQL)
+
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
     allowed = ", ".join(f"'{v}'" for v in values)
@@ -42,7 +57,7 @@ def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
 class UtcDateTime(TypeDecorator):
     """A UTC instant stored without a zone (the same on every backend), read back zone-aware."""
 
-    impl = DateTime
+    impl = DateTime().with_variant(mysql.DATETIME(fsp=6), *MYSQL)
     cache_ok = True
 
     def process_bind_param(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
@@ -61,14 +76,14 @@ class Base(DeclarativeBase):
 class KeyColumns:
     """The tuning key, flattened into columns."""
 
-    op: Mapped[str] = mapped_column(String(128))
-    kernel: Mapped[str] = mapped_column(String(128))
-    arch: Mapped[str] = mapped_column(String(128))
-    device_name: Mapped[str] = mapped_column(String(128))
-    dtype: Mapped[str] = mapped_column(String(128))
+    op: Mapped[str] = mapped_column(Identifier)
+    kernel: Mapped[str] = mapped_column(Identifier)
+    arch: Mapped[str] = mapped_column(Identifier)
+    device_name: Mapped[str] = mapped_column(DeviceName)
+    dtype: Mapped[str] = mapped_column(Identifier)
     dim_k: Mapped[int] = mapped_column(Integer)
     dim_v: Mapped[int] = mapped_column(Integer)
-    flags: Mapped[str] = mapped_column(String(1024))
+    flags: Mapped[str] = mapped_column(FlagsJson)
     bucket_tokens: Mapped[int] = mapped_column(Integer)
     bucket_rows: Mapped[int] = mapped_column(Integer)
 
@@ -102,15 +117,15 @@ class Trial(KeyColumns, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[Optional[int]] = mapped_column(
         ForeignKey("tuning_runs.id", ondelete="SET NULL"), nullable=True, index=True)
-    config_json: Mapped[str] = mapped_column(Text)
+    config_json: Mapped[str] = mapped_column(ConfigJson)
     status: Mapped[str] = mapped_column(String(16))
-    median_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    p20_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    p80_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    median_ms: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
+    p20_ms: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
+    p80_ms: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
     repeats: Mapped[int] = mapped_column(Integer)
-    noise: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    rel_error: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    compile_s: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    noise: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
+    rel_error: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
+    compile_s: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
     error: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
     source_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
@@ -126,11 +141,11 @@ class Winner(KeyColumns, Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    config_json: Mapped[str] = mapped_column(Text)
-    time_ms: Mapped[float] = mapped_column(Float)
-    default_ms: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    speedup: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    rel_error: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+    config_json: Mapped[str] = mapped_column(ConfigJson)
+    time_ms: Mapped[float] = mapped_column(Float64)
+    default_ms: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
+    speedup: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
+    rel_error: Mapped[Optional[float]] = mapped_column(Float64, nullable=True)
     source_hash: Mapped[str] = mapped_column(String(64))
     tilelang_version: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)
     torch_version: Mapped[Optional[str]] = mapped_column(String(64), nullable=True)

@@ -1,5 +1,6 @@
-"""Helpers shared by the tuning-database tests: database URLs (SQLite and a throw-away PostgreSQL
-database), a small test kernel, record factories and a way to run tileops-db in a subprocess.
+"""Helpers shared by the tuning-database tests: database URLs (SQLite and throw-away PostgreSQL
+and MariaDB databases), a small test kernel, record factories and a way to run tileops-db in a
+subprocess.
 
 Import the fixtures into a test module with ``from conftest_db import ...``.
 """
@@ -15,12 +16,17 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.exc import OperationalError
 
+from db.engine import driver_url
 from db.schemas import TrialRecord, WinnerRecord
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
-POSTGRES_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+# The test servers, as URL templates; the databases the tests use are made and dropped per test.
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/{database}"
+MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/{database}"
 TINY_KERNEL_NAME = "test.tiny_db"
 
 
@@ -33,26 +39,48 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @contextlib.contextmanager
+def throwaway_database(server: str, url: str, required_by: str, drop_options: str = ""):
+    """A fresh database on the server that ``url`` names (``{database}`` left to fill in),
+    yielding its URL and dropping it on exit; the server's ``test`` database administers.
+
+    Skips when no server answers, unless $``required_by`` is set: then it fails.
+    """
+    admin_url = driver_url(url.format(database="test"))
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    try:
+        connection = admin.connect()
+    except OperationalError as err:
+        admin.dispose()
+        address = f"{admin_url.host}:{admin_url.port}"
+        if os.environ.get(required_by):
+            pytest.fail(f"{required_by} is set but {server} does not answer: {err.orig}")
+        pytest.skip(f"no {server} server on {address} (set {required_by}=1 to fail instead): {err.orig}")
+    name = f"tileops_test_{uuid.uuid4().hex[:12]}"
+    try:
+        connection.exec_driver_sql(f"CREATE DATABASE {name}")
+        try:
+            yield url.format(database=name)
+        finally:
+            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{drop_options}")
+    finally:
+        connection.close()
+        admin.dispose()
+
+
 def throwaway_postgres():
-    """A fresh PostgreSQL database URL, dropped on exit.
+    """A fresh PostgreSQL database URL, dropped on exit (even with sessions still open on it).
 
     Skips when no server answers, unless $TILEOPS_TEST_POSTGRES is set: then it fails.
     """
-    import psycopg
+    return throwaway_database("PostgreSQL", POSTGRES_URL, "TILEOPS_TEST_POSTGRES", drop_options=" WITH (FORCE)")
 
-    try:
-        admin = psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as err:
-        if os.environ.get("TILEOPS_TEST_POSTGRES"):
-            pytest.fail(f"TILEOPS_TEST_POSTGRES is set but PostgreSQL does not answer: {err}")
-        pytest.skip(f"no PostgreSQL server on 127.0.0.1:5432 (set TILEOPS_TEST_POSTGRES=1 to fail instead): {err}")
-    name = f"tileops_test_{uuid.uuid4().hex[:12]}"
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+def throwaway_mariadb():
+    """A fresh MariaDB database URL, dropped on exit.
+
+    Skips when no server answers, unless $TILEOPS_TEST_MARIADB is set: then it fails.
+    """
+    return throwaway_database("MariaDB", MARIADB_URL, "TILEOPS_TEST_MARIADB")
 
 
 @pytest.fixture
@@ -62,9 +90,28 @@ def postgres_url():
         yield url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture
+def mariadb_url():
+    """A fresh MariaDB database, dropped afterwards."""
+    with throwaway_mariadb() as url:
+        yield url
+
+
+# The servers besides SQLite: pytest params marked with their names, and their throw-away databases.
+SERVERS = [pytest.param("postgres", marks=pytest.mark.postgres),
+           pytest.param("mariadb", marks=pytest.mark.mariadb)]
+THROWAWAY_DATABASES = {"postgres": throwaway_postgres, "mariadb": throwaway_mariadb}
+
+
+@pytest.fixture(params=SERVERS)
+def server_url(request) -> str:
+    """Each test using it runs once on PostgreSQL and once on MariaDB."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(params=["sqlite", *SERVERS])
 def db_url(request) -> str:
-    """Each test using it runs once on SQLite and once on PostgreSQL."""
+    """Each test using it runs once on SQLite, once on PostgreSQL and once on MariaDB."""
     return request.getfixturevalue(f"{request.param}_url")
 
 

@@ -1,9 +1,10 @@
-"""Many processes writing trials into one new SQLite file at once lose nothing and never fail."""
+"""Many processes writing trials into one new database at once (SQLite, PostgreSQL, MariaDB) lose
+nothing and never fail."""
 
 import multiprocessing
 import traceback
 
-from conftest_db import make_trial
+from conftest_db import db_url, make_trial, mariadb_url, postgres_url, sqlite_url  # noqa: F401  (fixtures)
 
 from db.store import TuningStore
 
@@ -23,18 +24,17 @@ def write_trials(url: str, worker: int, start, errors) -> None:
         raise
 
 
-def test_concurrent_writers_into_one_new_sqlite_file(tmp_path):
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+def test_concurrent_writers_into_one_new_database(db_url):
     context = multiprocessing.get_context("spawn")
     start, errors = context.Barrier(WORKERS), context.Queue()
-    workers = [context.Process(target=write_trials, args=(url, w, start, errors)) for w in range(WORKERS)]
+    workers = [context.Process(target=write_trials, args=(db_url, w, start, errors)) for w in range(WORKERS)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(timeout=300)
     reported = [errors.get() for _ in range(errors.qsize())] if not errors.empty() else []
     assert reported == [] and [w.exitcode for w in workers] == [0] * WORKERS
-    with TuningStore(url, readonly=True) as store:
+    with TuningStore(db_url, readonly=True) as store:
         written = {(t.config["worker"], t.config["n"]) for t in store.trials()}
         assert len(store.trials()) == WORKERS * TRIALS_EACH
     assert written == {(w, n) for w in range(WORKERS) for n in range(TRIALS_EACH)}

@@ -30,6 +30,12 @@ def test_bare_postgresql_urls_use_psycopg_3():
     assert driver_url("postgresql+psycopg2://u@h/db").drivername == "postgresql+psycopg2"
 
 
+def test_bare_mysql_and_mariadb_urls_use_pymysql():
+    assert driver_url("mysql://u@h:3306/db").drivername == "mysql+pymysql"
+    assert driver_url("mariadb://u@h/db").drivername == "mariadb+pymysql"
+    assert driver_url("mysql+mysqldb://u@h/db").drivername == "mysql+mysqldb"
+
+
 def test_sqlite_connections_use_wal_a_busy_timeout_and_foreign_keys(tmp_path):
     engine = make_engine(resolve_url(str(tmp_path / "t.db")))
     with engine.connect() as connection:

@@ -3,7 +3,7 @@
 import io
 import json
 
-from conftest_db import db_url, make_winner, postgres_url, sqlite_url  # noqa: F401  (fixtures)
+from conftest_db import db_url, make_winner, mariadb_url, postgres_url, sqlite_url  # noqa: F401  (fixtures)
 
 from db.jsonl import diff_winners, export_winners, read_winners, sort_key
 from db.store import TuningStore

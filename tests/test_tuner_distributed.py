@@ -1,5 +1,5 @@
-"""Two `tileops-tune` workers sharing one PostgreSQL study storage and one tuning database
-produce one winner set between them."""
+"""Two `tileops-tune` workers sharing one study storage and one tuning database on a server
+(PostgreSQL, MariaDB) produce one winner set between them."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import sys
 
 import pytest
 
-from conftest_db import REPO, throwaway_postgres
+from conftest_db import REPO, SERVERS, THROWAWAY_DATABASES
 
 
-@pytest.mark.postgres
-def test_two_workers_share_studies_and_agree_on_winners():
+@pytest.mark.parametrize("server", SERVERS)
+def test_two_workers_share_studies_and_agree_on_winners(server):
     from db.store import TuningStore
     from tuner.winner import choose_winner
 
-    with throwaway_postgres() as db, throwaway_postgres() as storage:
+    throwaway = THROWAWAY_DATABASES[server]
+    with throwaway() as db, throwaway() as storage:
         command = [sys.executable, "-m", "cli.tune", "--arch", "cpu", "--op", "gdn", "--shapes", "B1xT128xH1xHV2",
                    "--width", "16", "--dtype", "float32", "--trials", "8", "--db", db, "--storage", storage]
         env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -1,8 +1,8 @@
 """One Optuna study per tuning key: the default first, configs that won before next, then the sampler.
 
 Studies live in any Optuna storage URL, so several processes or machines pointed at one
-PostgreSQL server share them. Every measured candidate becomes a trial row in the tuning
-database; a config already measured for a key is read back instead of measured again.
+PostgreSQL or MariaDB server share them. Every measured candidate becomes a trial row in the
+tuning database; a config already measured for a key is read back instead of measured again.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Optional
 
 import optuna
 
+from db.engine import driver_url
 from db.schemas import TrialRecord
 from db.store import TuningStore
 from dispatch.key import TuningKey
@@ -35,7 +36,8 @@ def open_storage(url: str, attempts: int = 6) -> optuna.storages.BaseStorage:
         return url
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+            return optuna.storages.RDBStorage(driver_url(url).render_as_string(hide_password=False),
+                                              engine_kwargs={"pool_pre_ping": True})
         except Exception:  # another worker created the tables between our check and our create
             if attempt == attempts - 1:
                 raise
