@@ -96,6 +96,11 @@ def short_lengths(count: int, seed: int) -> tuple[int, ...]:
 
 BF, FP = torch.bfloat16, torch.float16
 FUSED = fused_config(128).model_dump()
+# The fused walk's variants: matrix moves, paired waits, both, and both with three input stages.
+FUSED_MATRIX = fused_config(128, walk_moves="matrix").model_dump()
+FUSED_PAIRED = fused_config(128, walk_issue="paired").model_dump()
+FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
+FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
 CHECKS = [
     Case("bf16 H16/32 K128 B2x200 init", BF, 16, 32, 128, batch=2, seq_len=200, init=True),
     Case("bf16 H16/32 K128 B8x130", BF, 16, 32, 128, batch=8, seq_len=130),
@@ -111,6 +116,13 @@ CHECKS = [
          config=dict(block_v=128, num_stages=1)),
     Case("bf16 H16/32 K128 varlen mixed init fused", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2), init=True,
          config=FUSED),
+    Case("bf16 H16/32 K128 varlen mixed init fused matrix+paired", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
+         init=True, config=FUSED_BOTH),
+    Case("bf16 H16/32 K128 varlen mixed init fused ahead", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
+         init=True, config=FUSED_AHEAD),
+    Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused ahead", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True, gate=True,
+         sigmoid=True, init=True,
+         config=fused_config(64, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()),
 ]
 
 BENCH = [
@@ -120,13 +132,15 @@ BENCH = [
     Case("varlen16 T32768 HV32", BF, 16, 32, 128,
          lens=next(c.seqlens for c in PRESETS["qwen3-next"]["gdn"] if c.seqlens)),
 ]
-# Besides the default: the other layouts.
+# Besides the default: the other layouts, and on the fused rows the walk's variants with the default
+# timed once more after them (the spread of its two times is the noise band of the comparison).
 TWO_PASS_VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=1)
+FUSED_VARIANTS = [FUSED_MATRIX, FUSED_PAIRED, FUSED_BOTH, FUSED_AHEAD, FUSED]
 BENCH_CONFIGS = {
     "B1 T32768 HV32": [dict(state_major="value", block_v=64, threads=128, num_stages=2), FUSED],
-    "B8 T4096 HV32": [TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
+    "B8 T4096 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
     "B4 T8192 HV16": [dict(block_v=64, threads=256, num_stages=2), FUSED],
-    "varlen16 T32768 HV32": [TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
+    "varlen16 T32768 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}

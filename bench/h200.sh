@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# On an H200, from the project root: tune GDN into a fresh database, export the sm90 snapshot,
-# run the GPU tests (agreement of tuned and default configs included), benchmark against the
-# peers, and measure cold start and host overhead. Everything lands in $OUT (default ./h200-out).
-#   bash bench/h200.sh [tune|test|bench|cold|all] [trials]
+# On an H200, from the project root: time the prefill layouts and the fused walk's variants side
+# by side (ab), tune GDN into a fresh database, export the sm90 snapshot, run the GPU tests
+# (agreement of tuned and default configs included), benchmark against the peers, and measure cold
+# start and host overhead. Everything lands in $OUT (default ./h200-out).
+#   bash bench/h200.sh [ab|tune|test|bench|cold|all] [trials]
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
 #   tileops-tune --arch sm90 --op gdn --compile-only --trials 12   # the tuning run's candidates
 #   tileops-db warm --arch sm90                                    # the shipped winners
 #   python bench/compile_gpu_tests.py                              # the GPU tests' prefill builds
+#   python bench/gdn_prefill_dev.py --compile                      # the ab step's builds
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
 OUT=${OUT:-h200-out}
@@ -21,6 +23,12 @@ export TILEOPS_DB=$OUT/tuning.db
 # `tar cJf .tlcache.tar.xz .tlcache`) travel as one archive; without it every first call compiles.
 if [ -f .tlcache.tar.xz ] && [ -z "${TILELANG_CACHE_DIR:-}" ]; then
     tar xJf .tlcache.tar.xz && export TILELANG_CACHE_DIR=$PWD/.tlcache
+fi
+if [ "$STEP" = ab ]; then
+    # Every check case, then each benchmark shape under its default and the other layouts; on the
+    # fused rows the walk's variants, the default timed again last (its spread is the noise band).
+    unset TILEOPS_DB
+    timeout 540 python3 bench/gdn_prefill_dev.py 2>&1 | tee "$OUT/ab.log"
 fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     timeout 500 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"

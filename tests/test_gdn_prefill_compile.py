@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -67,6 +68,8 @@ def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sm
 def test_the_tuner_sees_every_layout():
     space = GDNPrefillConfig.choices()
     assert space["state_major"] == ("key", "value") and space["fused"] == (False, True)
+    assert space["walk_moves"] == ("elementwise", "matrix") and space["walk_issue"] == ("serial", "paired")
+    assert space["num_stages"] == (1, 2, 3)
 
 
 def test_default_fuses_once_every_sm_has_a_walk():
@@ -91,6 +94,10 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(block_v=128, threads=256, fused=True), 128, "whole state"),
     (dict(state_major="value", block_v=128, threads=256, num_stages=1, fused=True), 128, "num_stages=2"),
     (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2, fused=True), 64, "min_blocks=1"),
+    (dict(state_major="value", block_v=64, threads=128, walk_moves="matrix"), 128, "fused kernel only"),
+    (dict(block_v=32, threads=256, walk_issue="paired"), 128, "fused kernel only"),
+    (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
+    (dict(state_major="value", block_v=128, threads=256, num_stages=3, fused=True), 128, "walk_moves='matrix'"),
 ])
 def test_config_constraints(config, dim, words):
     kernel = get_kernel("tl.gdn_prefill")
@@ -149,3 +156,57 @@ def test_fused_kernel_compiles_warp_specialised():
     assert "mbarrier_cp_async_arrive_noinc" in source and "wgmma_rs" in source
     assert "int seq_len" in source and "int tokens" in source
     assert "tileops_gdn::wy_merge_bf16(" in source and "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in source
+
+
+def walker_barriers(source: str) -> int:
+    """How many barriers of the state warpgroups (TileLang's named barrier 3) a fused kernel's
+    source holds, before and in its chunk loop."""
+    return source.count("tl::__sync_thread_partial(3, ")
+
+
+def product_waits(source: str) -> int:
+    """How many waits for the tensor cores a kernel's source holds."""
+    return source.count("tl::warpgroup_wait<0>();") + source.count("tl::wait_wgmma<0>();")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("call, issue", [
+    (spec(batch=8), "paired"),
+    (spec(mode="varlen", dtype=torch.float16, heads=2, value_heads=4, dim=64, batch=40, state_v_first=True,
+          use_qk_l2norm_in_kernel=True), "serial"),
+], ids=["bf16-prefill-k128-paired", "fp16-varlen-k64"])
+def test_fused_walk_variants_compile_with_fewer_barriers_and_waits(call, issue):
+    from tileops.kernels.gdn.prefill_launch import compile_fused
+
+    variant = compile_fused(fused_config(call.dim_v, walk_moves="matrix", walk_issue=issue), call).get_kernel_source()
+    elementwise = compile_fused(fused_config(call.dim_v), call).get_kernel_source()
+    half = "__half" if call.dtype == torch.float16 else "__nv_bfloat16"
+    # Vᵀ comes in and Oᵀ goes out by transposing 8 x 8 matrix moves, in the call's dtype.
+    assert f"tileops_gdn::x_operand<{half}>(" in variant and f"tileops_gdn::output_rows<{half}>(" in variant
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" in variant and "stmatrix.sync.aligned.m8n8.x4.trans" in variant
+    assert "ldmatrix" not in elementwise
+    # Each warp stores the output columns it wrote, so the walk's warps meet less often.
+    assert walker_barriers(variant) < walker_barriers(elementwise)
+    # Paired, the walk waits three times a chunk instead of five.
+    assert product_waits(variant) == product_waits(elementwise) - (2 if issue == "paired" else 0)
+
+
+def launch_smem(kernel) -> int:
+    """The dynamic shared memory a compiled TileLang kernel launches with: its host code's last
+    integer launch argument."""
+    return int(re.findall(r"v_int64\) = \(\(int64_t\)(\d+)\);", kernel.get_host_source())[-1])
+
+
+@needs_nvcc
+def test_fused_kernel_three_input_stages_fit_as_estimated():
+    from tileops.kernels.gdn.prefill_launch import compile_fused
+
+    call = spec(mode="varlen", batch=16)
+    ahead = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3)
+    kernel = compile_fused(ahead, call)
+    source = kernel.get_kernel_source()
+    # The first pass waits for the walk to leave a stage of its results; the output goes out
+    # through the chunk's V tile, so there is no output tile.
+    assert "consumed[" in source and "void* o_s" not in source
+    assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
+    get_kernel("tl.gdn_prefill").validate_config(ahead, call)

@@ -15,27 +15,58 @@ import tilelang.language as T  # no postponed annotations: TileLang evaluates th
 
 from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader, state_io
 from tileops.kernels.gdn.prefill import ROW_PAD
+from tileops.kernels.gdn.walk_moves import matrix_moves
 
 WARPGROUP_ROWS = 64  # value rows one warpgroup's wgmma covers
 ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in every product
 
 
-def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False):
+def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
+              moves: str = "elementwise", issue: str = "serial"):
     """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
-    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through ``o_s``, then rows
-    lo..hi stored).
+    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through a tile, then rows
+    lo..hi stored; the tile is ``o_s`` [C, ld], or with matrix moves stage ``o_stage`` of
+    [S, C, ld] tiles, such as the chunk's own V tiles).
 
-    The chunk's tiles are stage ``s`` of ``q_s``, ``k_s``, ``v_s``, ``tp_s``, ``m_s`` and ``f_s``
-    (a tensor-core product takes a tile's part only along a leading dimension); columns outside
-    lo..hi (the tokens outside the sequence) are masked. ``m_s`` holds M, or Mᵀ with
-    ``m_transposed``.
+    ``moves`` says how Vᵀ comes into registers and Oᵀ leaves them: ``"elementwise"`` through
+    TileLang's own loads and stores (which synchronise the CTA around ``o_s``), ``"matrix"`` by
+    ``walk_moves``' transposing matrix moves, each warp storing its own columns. The matrix moves
+    are opaque to TileLang's synchronisation, so they suit a kernel that orders the V tiles
+    itself (the fused kernel), not a software-pipelined loop.
+
+    ``issue`` says how the five products wait: ``"serial"`` each for itself, ``"paired"`` the two
+    independent pairs (Sᵀ Kᵀ with Sᵀ Qᵀ, Δᵀ M with the state update) issued together with one
+    wait each, so a chunk waits on the tensor cores three times instead of five.
+
+    The chunk's tiles are stage ``s`` of ``q_s``, ``k_s`` and ``v_s`` and stage ``so`` of ``tp_s``,
+    ``m_s`` and ``f_s`` (a tensor-core product takes a tile's part only along a leading
+    dimension); columns outside lo..hi (the tokens outside the sequence) are masked. ``m_s``
+    holds M, or Mᵀ with ``m_transposed``.
     """
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
+    matrix = moves == "matrix"
+    paired = issue == "paired"
+    x_operand, output_rows = matrix_moves(dtype)
 
     @T.macro
-    def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, lo, hi, s_f, o_f):
+    def two_products(a1, b1, c1, a2, b2, c2, clear: bool, transpose1: bool, transpose2: bool):
+        """c1 (+)= a1 b1 and c2 (+)= a2 b2 (b transposed as asked): one wait for both when paired."""
+        if paired:
+            T.wgmma_gemm(a1, b1, c1, transpose_B=transpose1, clear_accum=clear, policy=ROWS)
+            T.wgmma_gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
+            T.wait_wgmma(0)
+            # Each thread holds half a row of an accumulator per 64 value rows: fence its registers
+            # so that no read of them is moved above the wait.
+            T.warpgroup_fence_operand(c1, num_regs=c1.shape[1] // 2)
+            T.warpgroup_fence_operand(c2, num_regs=c2.shape[1] // 2)
+        else:
+            T.gemm(a1, b1, c1, transpose_B=transpose1, clear_accum=clear, policy=ROWS)
+            T.gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
+
+    @T.macro
+    def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f):
         s_a = T.alloc_fragment([BV, K], dtype)
         ks_f = T.alloc_fragment([BV, C], accum)
         x_a = T.alloc_fragment([BV, C], dtype)
@@ -43,27 +74,37 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         d_a = T.alloc_fragment([BV, C], dtype)
         dk_a = T.alloc_fragment([BV, C], dtype)
         T.copy(s_f, s_a)
-        T.gemm(s_a, k_s[s, :, :], ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        T.gemm(s_a, q_s[s, :, :], o_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        for i, j in T.Parallel(BV, C):
-            x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[s, j, i] - f_s[s, 0, j] * ks_f[i, j], 0.0)
-        T.gemm(x_a, tp_s[s, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
+        two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
+        if matrix:
+            x_operand(x_a, ks_f, v_s, f_s, s, so, lo, hi, T.get_thread_binding())
+        else:
+            for i, j in T.Parallel(BV, C):
+                x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], 0.0)
+        T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
         for i, j in T.Parallel(BV, C):
             d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
-            dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[s, 2, j], 0.0)
-            o_f[i, j] = o_f[i, j] * f_s[s, 1, j]
-        T.gemm(d_a, m_s[s, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
-        for i, j in T.Parallel(BV, K):
-            s_f[i, j] = s_f[i, j] * f_s[s, 3, hi - 1]
-        T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+            dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[so, 2, j], 0.0)
+            o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+        if paired:
+            for i, j in T.Parallel(BV, K):
+                s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
+            two_products(d_a, m_s[so, :, :], o_f, dk_a, k_s[s, :, :], s_f, False, not m_transposed, False)
+        else:
+            T.gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
+            for i, j in T.Parallel(BV, K):
+                s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
+            T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
 
     @T.macro
-    def store_output(o_f, o_s, o, t0, hv, v0, lo, hi):
-        for i, j in T.Parallel(BV, C):
-            o_s[j, i] = o_f[i, j]
-        for i, j in T.Parallel(C, BV):
-            if lo <= i and i < hi:
-                o[t0 + i, hv, v0 + j] = o_s[i, j]
+    def store_output(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi):
+        if matrix:
+            output_rows(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi, T.get_thread_binding())
+        else:
+            for i, j in T.Parallel(BV, C):
+                o_s[j, i] = o_f[i, j]
+            for i, j in T.Parallel(C, BV):
+                if lo <= i and i < hi:
+                    o[t0 + i, hv, v0 + j] = o_s[i, j]
 
     return step, store_output
 
@@ -111,8 +152,8 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
 
-            step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, lo, hi, s_f, o_f)
-            store_output(o_f, o_s, o, t0, hv, v0, lo, hi)
+            step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
+            store_output(o_f, o_s, 0, o, t0, hv, v0, lo, hi)
         store_state(ht, s_f, n, hv, v0)
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,

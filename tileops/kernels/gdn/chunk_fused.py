@@ -1,22 +1,27 @@
 """The GDN prefill in one warp-specialised kernel: one CTA per (sequence, value head).
 
 Per chunk of the sequence (windows start at the sequence's first token; the last one is cut
-at its end), three roles share the CTA through two stages of shared tiles:
+at its end), three roles share the CTA through stages of shared tiles (two of the inputs, or
+three; two of the first pass's results):
 
 - the state warpgroups (one per 64 value rows) walk Sᵀ in registers exactly as the value-major
   chain does (``chunk_chain_value_major.walk_step``), reading T', Mᵀ and the factors from
-  shared memory; as soon as they leave a stage they start the copies of the chunk two ahead
-  into it (``cp.async``, completing on the stage's ``loaded`` barrier);
+  shared memory; as soon as they leave a stage they start the copies of the chunk two (three)
+  ahead into it (``cp.async``, completing on the stage's ``loaded`` barrier);
 - the first-pass warpgroup waits for a stage's inputs, forms its T', Mᵀ and factors with
   ``chunk_prep``'s transforms, products and block substitution and ``wy_merge``'s tensor-core
   merge (the gates' prefix sum restarts at the sequence's start, so it needs no segment search;
   Mᵀ comes from K Qᵀ, so that one exponential per pair of tokens serves A and M), and arrives
-  on the stage's ``ready`` barrier;
+  on the stage's ``ready`` barrier. With three input stages it may run two chunks ahead of the
+  walk, so it first waits for the walk to leave the results' stage (``consumed``); with two, a
+  stage's inputs arrive only once the walk has left it, which orders both;
 - registers move from the first-pass warpgroup to the state warpgroups (``setmaxnreg``) when
   they are two: 2 · 192 + 120 = 3 · 168, what a 384-thread CTA is given.
 
 The state never leaves registers and T', Mᵀ never leave shared memory, so a chunk's global
-traffic is its q, k, v, g, β in and o out.
+traffic is its q, k, v, g, β in and o out. Three input stages fit beside the rest because the
+output goes out through the chunk's own V tile (each warp writes back the columns it read, by
+``walk_moves``' matrix stores) instead of a tile of its own.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -25,6 +30,7 @@ from tileops.kernels.gdn.chain_entry import state_io
 from tileops.kernels.gdn.chunk_chain_value_major import walk_step
 from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, upper_clear, wy_solve
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
+from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
 from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
@@ -33,15 +39,21 @@ PREFIX_LANES = 4  # partial sums of the gates' prefix sum (T.cumsum runs on thre
 
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
                   varlen: bool, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
-                  neg_eigval: bool, scale: float):
+                  neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
+                  stages: int = FUSED_STAGES):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
     (int32, [N+1]) bounds the sequences. g, beta, A_log and dt_bias are read in fp32;
     ``has_init`` (0 or 1) says whether ``h0`` holds an initial state. Grid: (HV, N), threads:
-    one warpgroup per 64 value rows and one more.
+    one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
+    moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
+    ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
+    the V tile).
     """
-    H, HV, K, V, C, S = heads, value_heads, dim_k, dim_v, chunk, FUSED_STAGES
+    H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
+    assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
+    ahead = S > SO  # the first pass may run ahead of the walk's use of its results
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
@@ -52,7 +64,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     tokens = T.dynamic("tokens")
     nseq = T.dynamic("nseq")
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
-    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True)
+    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
+                                   issue=walk_issue)
+    prelude = SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
@@ -70,8 +84,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         T.cp_async_barrier_noinc(loaded[s])
 
     @T.macro
-    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s, hi, row):
-        """T', Mᵀ and the factors of the chunk in stage s (rows 0..hi of it in the sequence)."""
+    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s, so, hi, row):
+        """T', Mᵀ and the factors of the chunk in input stage s into result stage so (rows 0..hi of
+        it in the sequence)."""
         a_f = T.alloc_fragment([C, C], accum)
         mt_f = T.alloc_fragment([C, C], accum)
         a_s = T.alloc_shared([C, C + PAD], accum)
@@ -109,16 +124,16 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 mt_f[i, j] = T.if_then_else(lower, 0.0, scale * decay * mt_f[i, j])
         for i, j in T.Parallel(C, C):
             a_s[i, j] = a_f[i, j]
-            m_s[s, i, j] = mt_f[i, j]
+            m_s[so, i, j] = mt_f[i, j]
         solve(a_s, d_s, w_s, row)
         for i, j in T.Parallel(C, C):
-            tp_s[s, i, j] = d_s[i, j] * b_s[j]
+            tp_s[so, i, j] = d_s[i, j] * b_s[j]
         if row < C:
             last = p_s[hi - 1]
-            f_s[s, 0, row] = T.exp(p_s[row]) * rk_s[row]
-            f_s[s, 1, row] = scale * T.exp(p_s[row]) * rq_s[row]
-            f_s[s, 2, row] = T.exp(last - p_s[row]) * rk_s[row]
-            f_s[s, 3, row] = T.exp(last)
+            f_s[so, 0, row] = T.exp(p_s[row]) * rk_s[row]
+            f_s[so, 1, row] = scale * T.exp(p_s[row]) * rq_s[row]
+            f_s[so, 2, row] = T.exp(last - p_s[row]) * rk_s[row]
+            f_s[so, 3, row] = T.exp(last)
 
     @T.macro
     def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, bos, eos, has_init):
@@ -128,12 +143,15 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         v_s = T.alloc_shared([S, C, V + ROW_PAD], dtype)
         gi_s = T.alloc_shared([S, C], accum)
         bi_s = T.alloc_shared([S, C], accum)
-        tp_s = T.alloc_shared([S, C, C], dtype)
-        m_s = T.alloc_shared([S, C, C], dtype)
-        f_s = T.alloc_shared([S, 4, C], accum)
-        o_s = T.alloc_shared([C, V + ROW_PAD], dtype)
+        tp_s = T.alloc_shared([SO, C, C], dtype)
+        m_s = T.alloc_shared([SO, C, C], dtype)
+        f_s = T.alloc_shared([SO, 4, C], accum)
+        if not ahead:
+            o_s = T.alloc_shared([C, V + ROW_PAD], dtype)
         loaded = T.alloc_barrier(arrive_count=[walkers] * S)
-        ready = T.alloc_barrier(arrive_count=[WARPGROUP] * S)
+        ready = T.alloc_barrier(arrive_count=[WARPGROUP] * SO)
+        if ahead:
+            consumed = T.alloc_barrier(arrive_count=[walkers] * SO)
         windows = T.ceildiv(eos - bos, C)
         tx = T.get_thread_binding()
         if tx < walkers:
@@ -146,13 +164,18 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             load_state(h0, s_f, n, hv, 0, has_init)
             for c in T.serial(windows):
                 s = c % S
+                so = c % SO
                 t0 = bos + c * C
                 hi = T.min(eos - t0, C)
-                T.barrier_wait(ready[s], (c // S) % 2)
-                step(q_s, k_s, v_s, tp_s, m_s, f_s, s, 0, hi, s_f, o_f)
+                T.barrier_wait(ready[so], (c // SO) % 2)
+                step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
+                if ahead:
+                    T.barrier_arrive(consumed[so])
+                    store_output(o_f, v_s, s, o, t0, hv, 0, 0, hi)  # through this chunk's V tile, before its refill
                 if c + S < windows:
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
-                store_output(o_f, o_s, o, t0, hv, 0, 0, hi)
+                if not ahead:
+                    store_output(o_f, o_s, 0, o, t0, hv, 0, 0, hi)
             store_state(ht, s_f, n, hv, 0)
         else:
             if shifted:
@@ -162,11 +185,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             clear(d_s)
             for c in T.serial(windows):
                 s = c % S
+                so = c % SO
                 T.barrier_wait(loaded[s], (c // S) % 2)
-                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s,
+                if ahead:  # the walk has left the results of chunk c - SO (a fresh barrier passes)
+                    T.barrier_wait(consumed[so], ((c // SO) % 2) ^ 1)
+                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s, so,
                            T.min(eos - bos - c * C, C), tx - walkers)
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
-                T.barrier_arrive(ready[s])
+                T.barrier_arrive(ready[so])
 
     if varlen:
         @T.prim_func
@@ -184,7 +210,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             ht: T.Tensor(state_shape, accum),
             has_init: T.int32,
         ):
-            with T.Kernel(HV, nseq, threads=threads, prelude=SOURCE) as (hv, n):
+            with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
                 run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, cu_seqlens[n], cu_seqlens[n + 1], has_init)
     else:
         @T.prim_func
@@ -202,7 +228,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             seq_len: T.int32,
             has_init: T.int32,
         ):
-            with T.Kernel(HV, nseq, threads=threads, prelude=SOURCE) as (hv, n):
+            with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
                 run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, n * seq_len, (n + 1) * seq_len, has_init)
 
     return fused

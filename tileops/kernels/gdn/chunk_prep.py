@@ -21,12 +21,11 @@ q, k and v as given and evaluates no transcendental.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.prefill import ROW_PAD, WARPGROUP
+from tileops.kernels.gdn.prefill import PAD, ROW_PAD, WARPGROUP
 from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE, block_merge
 
 LANES = 8  # partial sums per row of the forward substitution
 NEWEST = 2  # entries of a column subtracted last in each row of it, outside the partial sums
-PAD = 8  # fp32 words padding each row of A and D⁻¹ in the solve, for the same reason as ROW_PAD
 
 
 def gate_transform(raw, a_log, dt_bias):

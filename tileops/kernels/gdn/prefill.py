@@ -42,21 +42,28 @@ FUSED_STAGES = 2  # chunks the fused kernel holds at once: the one walked and th
 # 16-bit elements padding each row of the tiles a wgmma fragment writes or reads across rows (a
 # warp touches 8 rows at once): 16 bytes shift each row by 4 banks, so those rows hit distinct banks.
 ROW_PAD = 8
+PAD = 8  # fp32 words padding each row of A and D⁻¹ in the solve, for the same reason as ROW_PAD
 
 
 class GDNPrefillConfig(KernelConfig):
     """The chain's layout and tiling: ``block_v`` state columns per CTA, its threads, stages and CTAs
     per SM. Value-major takes one warpgroup per 64 columns: ``threads`` = 2 · ``block_v``.
     ``fused`` runs the value-major walk over the whole state (``block_v`` = V) with the first
-    pass in the same kernel, on one more warpgroup than ``threads`` counts."""
+    pass in the same kernel, on one more warpgroup than ``threads`` counts; its ``num_stages``
+    are its input stages (3 with ``walk_moves='matrix'`` only). ``walk_moves`` and
+    ``walk_issue`` (fused only): how its walk moves Vᵀ into registers and Oᵀ out, element by
+    element or by transposing 8 × 8 matrix loads and stores (``walk_moves``), and whether its
+    independent products wait one by one or in pairs."""
 
     chunk_size: Literal[64] = 64
     state_major: Literal["key", "value"] = "key"
     block_v: Literal[32, 64, 128] = 64
     threads: Literal[128, 256] = 256
-    num_stages: Literal[1, 2] = 2
+    num_stages: Literal[1, 2, 3] = 2
     min_blocks: Literal[1, 2] = 1
     fused: Literal[False, True] = False
+    walk_moves: Literal["elementwise", "matrix"] = "elementwise"
+    walk_issue: Literal["serial", "paired"] = "serial"
 
     @model_validator(mode="after")
     def _fits(self, info: ValidationInfo) -> "GDNPrefillConfig":
@@ -79,14 +86,20 @@ def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
     return config.num_stages * per_stage + work + SMEM_SLACK
 
 
-def fused_smem_bytes(dim_k: int, elem: int) -> int:
-    """Shared memory of the fused kernel: two stages of a chunk's inputs and of its T', M and
-    factors, the output tile, and the first pass's work tiles (A and D⁻¹ in fp32, L, D⁻¹ and
-    D⁻¹ L D⁻¹ in the input dtype, five row vectors)."""
-    C, K = FUSED_CHUNK, dim_k
-    stages = FUSED_STAGES * ((2 * C * K + C * (K + ROW_PAD) + 2 * C * C) * elem + 6 * C * 4)
-    work = 2 * C * (C + 8) * 4 + 3 * C * C * elem + 5 * C * 4
-    return stages + C * (K + ROW_PAD) * elem + work + SMEM_SLACK
+def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES) -> int:
+    """Shared memory of the fused kernel, exactly (TileLang packs its buffers, all multiples of
+    256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, padded v, g, β), two of
+    its T', M and factors, the output tile (with two input stages; with three the output goes out
+    through the V tile) and the first pass's work tiles (A and D⁻¹ in fp32 with padded rows, the
+    merge's scratch, five row vectors)."""
+    from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD  # here: it imports TileLang
+
+    C, K, V = FUSED_CHUNK, dim_k, dim_k
+    inputs = stages * ((2 * C * K + C * (V + ROW_PAD)) * elem + 2 * C * 4)
+    results = FUSED_STAGES * (2 * C * C * elem + 4 * C * 4)
+    output = C * (V + ROW_PAD) * elem if stages == FUSED_STAGES else 0
+    work = 2 * C * (C + PAD) * 4 + 4 * BLOCK * SCRATCH_LD * 4 + 5 * C * 4
+    return inputs + results + output + work
 
 
 def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
@@ -94,19 +107,23 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
     if (config.state_major, config.block_v, config.threads) != ("value", dim_v, 2 * dim_v):
         return (f"the fused kernel walks the whole state value-major: state_major='value', block_v={dim_v}, "
                 f"threads={2 * dim_v}, not {config.state_major!r}, {config.block_v}, {config.threads}")
-    if (config.chunk_size, config.num_stages, config.min_blocks) != (FUSED_CHUNK, FUSED_STAGES, 1):
-        return (f"the fused kernel takes chunk_size={FUSED_CHUNK}, num_stages={FUSED_STAGES} (its own double "
-                f"buffer) and min_blocks=1, not {config.chunk_size}, {config.num_stages}, {config.min_blocks}")
-    smem = fused_smem_bytes(dim_k, elem)
+    if (config.chunk_size, config.min_blocks) != (FUSED_CHUNK, 1) or config.num_stages < FUSED_STAGES:
+        return (f"the fused kernel takes chunk_size={FUSED_CHUNK}, num_stages={FUSED_STAGES} or 3 (its input "
+                f"stages) and min_blocks=1, not {config.chunk_size}, {config.num_stages}, {config.min_blocks}")
+    if config.num_stages > FUSED_STAGES and config.walk_moves != "matrix":
+        return ("three input stages fit only with walk_moves='matrix', whose output goes out through the "
+                "chunk's V tile instead of a tile of its own")
+    smem = fused_smem_bytes(dim_k, elem, config.num_stages)
     if smem > SMEM_BYTES:
         return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
     return None
 
 
-def fused_config(dim_v: int) -> GDNPrefillConfig:
+def fused_config(dim_v: int, walk_moves: str = "elementwise", walk_issue: str = "serial",
+                 stages: int = FUSED_STAGES) -> GDNPrefillConfig:
     """The fused kernel's config for a V-wide state."""
-    return GDNPrefillConfig(state_major="value", block_v=dim_v, threads=2 * dim_v, num_stages=FUSED_STAGES,
-                            fused=True)
+    return GDNPrefillConfig(state_major="value", block_v=dim_v, threads=2 * dim_v, num_stages=stages,
+                            fused=True, walk_moves=walk_moves, walk_issue=walk_issue)
 
 
 def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
@@ -132,6 +149,13 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     """Why ``config`` cannot tile a K x V state, or None."""
     if config.fused:
         return fused_problem(config, dim_k, dim_v, elem)
+    if config.num_stages > 2:
+        return (f"num_stages={config.num_stages} is the fused kernel's (its input stages); the two-pass chain "
+                f"pipelines 1 or 2")
+    if (config.walk_moves, config.walk_issue) != ("elementwise", "serial"):
+        return (f"walk_moves={config.walk_moves!r} and walk_issue={config.walk_issue!r} serve the fused kernel only "
+                f"(the two-pass chain's software pipeline orders its tiles by what it sees TileLang load); "
+                f"use walk_moves='elementwise', walk_issue='serial'")
     if dim_v % config.block_v:
         return f"block_v={config.block_v} does not divide V={dim_v}"
     problem = register_problem(config, dim_k)
@@ -223,5 +247,5 @@ KERNEL = register(KernelDef(
     modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
              "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
              "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
-             "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge"),
+             "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge", "tileops.kernels.gdn.walk_moves"),
 ))

@@ -63,6 +63,7 @@ def compile_fused(config: GDNPrefillConfig, spec: CallSpec):
     """The fused kernel for ``spec``."""
     program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
+                            walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
                             **first_pass_flags(spec))
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 

@@ -1,0 +1,128 @@
+"""Carry shipped winners across a kernel edit that leaves their programs unchanged.
+
+A shipped row records the source hash of the kernel it was tuned on; any edit to the kernel's
+modules or config schema makes it stale, and dispatch then passes it over. When the edit adds a
+knob whose default reproduces the old program exactly, the tuned configs are still the tuned
+programs. This builds every stale row's programs from the code at ``--against`` (a git revision,
+in a throw-away worktree) and from the working tree, compares the generated CUDA, and gives the
+rows whose programs are identical the current hash. Rows whose programs differ stay stale: they
+need a re-tune on their GPU.
+
+    python bench/carry_snapshot.py --against HEAD [--arch sm90] [--dry-run]
+
+Compiles for the row's arch with nvcc (no GPU needed); each prefill row takes about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def snapshot_path(arch: str) -> Path:
+    return REPO / "tileops" / "snapshots" / f"{arch}.jsonl"
+
+
+def read_rows(arch: str) -> list[dict]:
+    return [json.loads(line) for line in snapshot_path(arch).read_text().splitlines() if line.strip()]
+
+
+def current_hashes(rows: list[dict]) -> dict[str, str]:
+    """The working tree's source hash of every kernel the rows name."""
+    from tileops.kernels.registry import get_kernel
+
+    return {name: get_kernel(name).source_hash for name in {row["kernel"] for row in rows}}
+
+
+def dump_programs(rows: list[dict], indices: list[int], out: Path) -> None:
+    """Write the generated CUDA of each listed row's programs into ``out`` (run with the tree to
+    build from first on sys.path)."""
+    from tileops.kernels.registry import get_kernel
+    from tuner.cases import Case, spec_for_arch
+
+    for index in indices:
+        row = rows[index]
+        kernel = get_kernel(row["kernel"])
+        spec = spec_for_arch(Case.from_json(row["call"]), row["arch"], row["device_name"])
+        launcher = kernel.build(kernel.validate_config(row["config"], spec), spec)
+        for name, program in sorted(vars(launcher).items()):
+            if hasattr(program, "get_kernel_source"):
+                (out / f"{index}-{name}.cu").write_text(program.get_kernel_source())
+        print(f"  built row {index}: {row['kernel']} {row['config']}", flush=True)
+
+
+def build_in(tree: Path, arch: str, indices: list[int], out: Path, cache: Path) -> subprocess.Popen:
+    """A process that dumps the rows' programs as the code in ``tree`` builds them."""
+    env = dict(os.environ, TILELANG_CACHE_DIR=str(cache), PYTHONPATH=str(tree))
+    command = [sys.executable, __file__, "--dump", str(out), "--root", str(tree), "--arch", arch,
+               "--rows", ",".join(map(str, indices))]
+    return subprocess.Popen(command, cwd=tree, env=env)
+
+
+def same_programs(index: int, old: Path, new: Path) -> bool:
+    names = sorted(p.name for p in old.glob(f"{index}-*.cu"))
+    return bool(names) and names == sorted(p.name for p in new.glob(f"{index}-*.cu")) and all(
+        filecmp.cmp(old / n, new / n, shallow=False) for n in names)
+
+
+def carry(against: str, arch: str, dry_run: bool) -> int:
+    rows = read_rows(arch)
+    hashes = current_hashes(rows)
+    stale = [i for i, row in enumerate(rows) if row["source_hash"] != hashes[row["kernel"]]]
+    if not stale:
+        print(f"every {arch} row already carries its kernel's current hash")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        worktree, old, new = tmp / "against", tmp / "old", tmp / "new"
+        old.mkdir()
+        new.mkdir()
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), against], cwd=REPO, check=True)
+        try:
+            builds = [build_in(worktree, arch, stale, old, tmp / "cache-old"),
+                      build_in(REPO, arch, stale, new, tmp / "cache-new")]
+            if any(b.wait() != 0 for b in builds):
+                print("a build failed; nothing carried", file=sys.stderr)
+                return 1
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=True)
+        carried = [i for i in stale if same_programs(i, old, new)]
+    for i in stale:
+        row = rows[i]
+        verdict = "identical programs: carried" if i in carried else "programs differ: stays stale, re-tune it"
+        print(f"row {i} {row['kernel']} {row['config']}: {verdict}")
+        if i in carried:
+            row["source_hash"] = hashes[row["kernel"]]
+    if carried and not dry_run:
+        snapshot_path(arch).write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+        print(f"wrote {snapshot_path(arch)}: {len(carried)} of {len(stale)} stale rows carried")
+    return 0 if len(carried) == len(stale) else 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="HEAD", help="the git revision the snapshot was tuned on")
+    parser.add_argument("--arch", default="sm90")
+    parser.add_argument("--dry-run", action="store_true", help="compare, but leave the snapshot as it is")
+    parser.add_argument("--dump", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--rows", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.dump:
+        sys.path.insert(0, args.root)
+        dump_programs(read_rows(args.arch), [int(i) for i in args.rows.split(",")], Path(args.dump))
+        return
+    sys.path.insert(0, str(REPO))
+    sys.exit(carry(args.against, args.arch, args.dry_run))
+
+
+if __name__ == "__main__":
+    main()
