@@ -135,11 +135,15 @@ BENCH = [
 # Besides the default: the other layouts, and on the fused rows the walk's variants with the default
 # timed once more after them (the spread of its two times is the noise band of the comparison).
 TWO_PASS_VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=1)
+# B4's default (the value-major chain, prefetching) with paired waits, then the default again.
+VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=2)
+VALUE_PAIRED = dict(VALUE, walk_issue="paired")
 FUSED_VARIANTS = [FUSED_MATRIX, FUSED_PAIRED, FUSED_BOTH, FUSED_AHEAD, FUSED]
 BENCH_CONFIGS = {
     "B1 T32768 HV32": [dict(state_major="value", block_v=64, threads=128, num_stages=2), FUSED],
-    "B8 T4096 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
-    "B4 T8192 HV16": [dict(block_v=64, threads=256, num_stages=2), FUSED],
+    "B8 T4096 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(TWO_PASS_VALUE, walk_issue="paired"),
+                      dict(block_v=64, threads=128, num_stages=1)],
+    "B4 T8192 HV16": [dict(block_v=64, threads=256, num_stages=2), FUSED, VALUE_PAIRED, VALUE],
     "varlen16 T32768 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),

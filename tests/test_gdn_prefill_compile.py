@@ -95,7 +95,7 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(state_major="value", block_v=128, threads=256, num_stages=1, fused=True), 128, "num_stages=2"),
     (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2, fused=True), 64, "min_blocks=1"),
     (dict(state_major="value", block_v=64, threads=128, walk_moves="matrix"), 128, "fused kernel only"),
-    (dict(block_v=32, threads=256, walk_issue="paired"), 128, "fused kernel only"),
+    (dict(block_v=32, threads=256, walk_issue="paired"), 128, "key-major chain takes walk_issue='serial'"),
     (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
     (dict(state_major="value", block_v=128, threads=256, num_stages=3, fused=True), 128, "walk_moves='matrix'"),
 ])
@@ -210,3 +210,16 @@ def test_fused_kernel_three_input_stages_fit_as_estimated():
     assert "consumed[" in source and "void* o_s" not in source
     assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
     get_kernel("tl.gdn_prefill").validate_config(ahead, call)
+
+
+@needs_nvcc
+def test_value_major_chain_pairs_its_waits():
+    from tileops.kernels.gdn.prefill_launch import compile_chain
+
+    call = spec(batch=4, value_heads=16)
+    serial = GDNPrefillConfig(state_major="value", block_v=64, threads=128, num_stages=2)
+    paired = serial.model_copy(update=dict(walk_issue="paired"))
+    get_kernel("tl.gdn_prefill").validate_config(paired, call)
+    waits = [product_waits(compile_chain(config, call).get_kernel_source()) for config in (serial, paired)]
+    # Three waits a chunk instead of five, in each copy of the step the software pipeline makes.
+    assert waits[1] * 5 == waits[0] * 3

@@ -69,18 +69,20 @@ CASES = [
 # The call's default, and each layout forced: every feature case runs on each. The fused kernel's
 # walk variants: "fused-matrix" moves Vᵀ and Oᵀ by transposing matrix loads and stores,
 # "fused-paired" waits for its independent products in pairs, "fused-ahead" does both with three
-# input stages, its first pass up to two chunks ahead.
+# input stages, its first pass up to two chunks ahead; "value-paired" is the two-pass value-major chain
+# with paired waits.
 FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
                  "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3)}
-LAYOUTS = ("default", "key", "value", *FUSED_LAYOUTS)
+LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 
 
 def layout_config(layout: str, spec: CallSpec) -> GDNPrefillConfig:
     """The config a test runs ``spec`` with in ``layout``."""
     if layout in FUSED_LAYOUTS:
         return fused_config(spec.dim_v, **FUSED_LAYOUTS[layout])
-    forced = {"key": dict(block_v=32, threads=256, num_stages=1),
-              "value": dict(state_major="value", block_v=64, threads=128, num_stages=2)}.get(layout)
+    value = dict(state_major="value", block_v=64, threads=128, num_stages=2)
+    forced = {"key": dict(block_v=32, threads=256, num_stages=1), "value": value,
+              "value-paired": dict(value, walk_issue="paired")}.get(layout)
     return default(spec) if forced is None else GDNPrefillConfig(**forced)
 
 

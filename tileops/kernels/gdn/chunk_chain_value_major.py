@@ -111,18 +111,18 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, varlen: bool, state_v_first: bool, threads: int,
-                  num_stages: int, min_blocks: int = 1):
+                  num_stages: int, min_blocks: int = 1, issue: str = "serial"):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
     Arguments and grid: ``chain_entry.chain_kernel``, with ``threads`` one warpgroup per 64 of
-    the ``block_v`` value rows.
+    the ``block_v`` value rows. ``issue``: how the walk's products wait (``walk_step``).
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     assert threads == 128 * BV // WARPGROUP_ROWS, "one warpgroup per 64 value rows"
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype)
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro

@@ -51,9 +51,10 @@ class GDNPrefillConfig(KernelConfig):
     ``fused`` runs the value-major walk over the whole state (``block_v`` = V) with the first
     pass in the same kernel, on one more warpgroup than ``threads`` counts; its ``num_stages``
     are its input stages (3 with ``walk_moves='matrix'`` only). ``walk_moves`` and
-    ``walk_issue`` (fused only): how its walk moves Vᵀ into registers and Oᵀ out, element by
-    element or by transposing 8 × 8 matrix loads and stores (``walk_moves``), and whether its
-    independent products wait one by one or in pairs."""
+    ``walk_issue``: how the fused walk moves Vᵀ into registers and Oᵀ out, element by element
+    or by transposing 8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
+    value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
+    fused kernel and the value-major chain)."""
 
     chunk_size: Literal[64] = 64
     state_major: Literal["key", "value"] = "key"
@@ -152,10 +153,12 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.num_stages > 2:
         return (f"num_stages={config.num_stages} is the fused kernel's (its input stages); the two-pass chain "
                 f"pipelines 1 or 2")
-    if (config.walk_moves, config.walk_issue) != ("elementwise", "serial"):
-        return (f"walk_moves={config.walk_moves!r} and walk_issue={config.walk_issue!r} serve the fused kernel only "
-                f"(the two-pass chain's software pipeline orders its tiles by what it sees TileLang load); "
-                f"use walk_moves='elementwise', walk_issue='serial'")
+    if config.walk_moves != "elementwise":
+        return (f"walk_moves={config.walk_moves!r} serves the fused kernel only (the two-pass chain's software "
+                f"pipeline orders its tiles by what it sees TileLang load); use walk_moves='elementwise'")
+    if config.walk_issue != "serial" and config.state_major != "value":
+        return (f"walk_issue={config.walk_issue!r} pairs the value-major walk's products; the key-major chain "
+                f"takes walk_issue='serial'")
     if dim_v % config.block_v:
         return f"block_v={config.block_v} does not divide V={dim_v}"
     problem = register_problem(config, dim_k)

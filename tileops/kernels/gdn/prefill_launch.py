@@ -72,12 +72,13 @@ CHAINS = {"key": chunk_chain.chain_program, "value": chunk_chain_value_major.cha
 
 
 def compile_chain(config: GDNPrefillConfig, spec: CallSpec):
-    """The state pass for ``spec``, in the config's layout."""
+    """The state pass for ``spec``, in the config's layout (value-major: with its products' waits)."""
+    waits = dict(issue=config.walk_issue) if config.state_major == "value" else {}
     program = CHAINS[config.state_major](
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
         chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
         varlen=spec.mode == "varlen", state_v_first=bool(spec.flag("state_v_first", False)),
-        threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks)
+        threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks, **waits)
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 
