@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import os
 import subprocess
 import sys
@@ -31,18 +30,24 @@ def snapshot_path(arch: str) -> Path:
     return REPO / "tileops" / "snapshots" / f"{arch}.jsonl"
 
 
-def read_rows(arch: str) -> list[dict]:
-    return [json.loads(line) for line in snapshot_path(arch).read_text().splitlines() if line.strip()]
+def read_rows(arch: str) -> list:
+    """The snapshot's winners, in file order."""
+    from db.jsonl import read_winners
+
+    rows, rejects = read_winners(snapshot_path(arch))
+    if rejects:
+        sys.exit(f"{snapshot_path(arch)}: lines refused: {rejects}")
+    return rows
 
 
-def current_hashes(rows: list[dict]) -> dict[str, str]:
+def current_hashes(rows: list) -> dict[str, str]:
     """The working tree's source hash of every kernel the rows name."""
     from tileops.kernels.registry import get_kernel
 
-    return {name: get_kernel(name).source_hash for name in {row["kernel"] for row in rows}}
+    return {name: get_kernel(name).source_hash for name in {row.kernel for row in rows}}
 
 
-def dump_programs(rows: list[dict], indices: list[int], out: Path) -> None:
+def dump_programs(rows: list, indices: list[int], out: Path) -> None:
     """Write the generated CUDA of each listed row's programs into ``out`` (run with the tree to
     build from first on sys.path)."""
     from tileops.kernels.registry import get_kernel
@@ -50,13 +55,13 @@ def dump_programs(rows: list[dict], indices: list[int], out: Path) -> None:
 
     for index in indices:
         row = rows[index]
-        kernel = get_kernel(row["kernel"])
-        spec = spec_for_arch(Case.from_json(row["call"]), row["arch"], row["device_name"])
-        launcher = kernel.build(kernel.validate_config(row["config"], spec), spec)
+        kernel = get_kernel(row.kernel)
+        spec = spec_for_arch(Case.from_json(row.call), row.arch, row.device_name)
+        launcher = kernel.build(kernel.validate_config(row.config, spec), spec)
         for name, program in sorted(vars(launcher).items()):
             if hasattr(program, "get_kernel_source"):
                 (out / f"{index}-{name}.cu").write_text(program.get_kernel_source())
-        print(f"  built row {index}: {row['kernel']} {row['config']}", flush=True)
+        print(f"  built row {index}: {row.kernel} {row.config}", flush=True)
 
 
 def build_in(tree: Path, arch: str, indices: list[int], out: Path, cache: Path) -> subprocess.Popen:
@@ -85,9 +90,11 @@ def compare(worktree: Path, arch: str, rows: list[int], tmp: Path) -> list[int]:
 
 
 def carry(against: str, arch: str, dry_run: bool) -> int:
+    from db.jsonl import export_winners
+
     rows = read_rows(arch)
     hashes = current_hashes(rows)
-    stale = [i for i, row in enumerate(rows) if row["source_hash"] != hashes[row["kernel"]]]
+    stale = [i for i, row in enumerate(rows) if row.source_hash != hashes[row.kernel]]
     if not stale:
         print(f"every {arch} row already carries its kernel's current hash")
         return 0
@@ -107,13 +114,12 @@ def carry(against: str, arch: str, dry_run: bool) -> int:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=True)
     for i in stale:
-        row = rows[i]
         verdict = "identical programs: carried" if i in carried else "programs differ: stays stale, re-tune it"
-        print(f"row {i} {row['kernel']} {row['config']}: {verdict}")
+        print(f"row {i} {rows[i].kernel} {rows[i].config}: {verdict}")
         if i in carried:
-            row["source_hash"] = hashes[row["kernel"]]
+            rows[i] = rows[i].model_copy(update={"source_hash": hashes[rows[i].kernel]})
     if carried and not dry_run:
-        snapshot_path(arch).write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+        export_winners(rows, snapshot_path(arch))
         print(f"wrote {snapshot_path(arch)}: {len(carried)} of {len(stale)} stale rows carried")
     return 0 if len(carried) == len(stale) else 2
 
