@@ -23,7 +23,8 @@ ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
 
 def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
-    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS, call_spec, layout_config
+    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, call_spec, layout_config
+    from tileops.kernels.gdn.prefill import fused_config
 
     specs = []
     for case in CASES:
@@ -33,7 +34,15 @@ def prefill_jobs() -> list[tuple]:
                                tokens=lengths[0], device_name=DEVICE_NAME, **case))
     specs.append(call_spec(mode="varlen", dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, batch=6,
                            tokens=899, device_name=DEVICE_NAME, use_qk_l2norm_in_kernel=True))
-    return [(layout_config(layout, spec), spec) for spec in specs for layout in LAYOUTS]
+    jobs = [(layout_config(layout, spec), spec) for spec in specs for layout in LAYOUTS]
+    for case in PIECE_CASES:  # the pieces test: equal lengths, then packed
+        case = dict(case)
+        dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))
+        for mode, batch, tokens in (("prefill", 2, 2500), ("varlen", len(PIECE_LENGTHS), sum(PIECE_LENGTHS))):
+            spec = call_spec(mode=mode, dtype=dtype, heads=H, value_heads=HV, dim=D, batch=batch, tokens=tokens,
+                             device_name=DEVICE_NAME, **case)
+            jobs.append((fused_config(D, piece_chunks=16), spec))
+    return jobs
 
 
 def op_jobs() -> list[tuple]:

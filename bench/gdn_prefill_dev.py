@@ -1,7 +1,7 @@
 """Device script for tl.gdn_prefill: correctness against the float64 reference, then timings.
 
     python bench/gdn_prefill_dev.py --compile [--jobs N]   # fill TileLang's cache (works without a GPU)
-    python bench/gdn_prefill_dev.py [--only check|time]     # on the GPU: a table of errors and times
+    python bench/gdn_prefill_dev.py [--only check|time] [--rows B1 B4]  # on the GPU: errors and times
     ncu ... python bench/gdn_prefill_dev.py --profile         # one call of the second benchmark shape
 
 Correctness: fresh random inputs per case, ‖out − ref‖ / ‖ref‖ on o and the final state against
@@ -101,6 +101,11 @@ FUSED_MATRIX = fused_config(128, walk_moves="matrix").model_dump()
 FUSED_PAIRED = fused_config(128, walk_issue="paired").model_dump()
 FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
 FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
+# Pieces: sequences cut every 16 (32, 64, 128) chunks, each piece walked from its warm-up's state.
+def pieces(width: int, **variant) -> dict:
+    return fused_config(128, piece_chunks=width, **variant).model_dump()
+
+
 CHECKS = [
     Case("bf16 H16/32 K128 B2x200 init", BF, 16, 32, 128, batch=2, seq_len=200, init=True),
     Case("bf16 H16/32 K128 B8x130", BF, 16, 32, 128, batch=8, seq_len=130),
@@ -123,6 +128,14 @@ CHECKS = [
     Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused ahead", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True, gate=True,
          sigmoid=True, init=True,
          config=fused_config(64, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()),
+    Case("bf16 H16/32 K128 B2x3000 init pieces16", BF, 16, 32, 128, batch=2, seq_len=3000, init=True,
+         config=pieces(16)),
+    Case("bf16 H16/32 K128 varlen mixed 12000 init pieces16", BF, 16, 32, 128, lens=mixed_lengths(12000, 16, 4),
+         init=True, config=pieces(16)),
+    Case("fp16 H2/4 K64 B3x2000 l2+gate+sig pieces16", FP, 2, 4, 64, batch=3, seq_len=2000, l2norm=True, gate=True,
+         sigmoid=True, init=True, config=fused_config(64, piece_chunks=16).model_dump()),
+    Case("bf16 H16/16 K128 B1x9000 vfirst init pieces16 ahead", BF, 16, 16, 128, batch=1, seq_len=9000, v_first=True,
+         init=True, config=pieces(16, walk_moves="matrix", walk_issue="paired", stages=3)),
 ]
 
 BENCH = [
@@ -139,12 +152,15 @@ TWO_PASS_VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=1
 VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=2)
 VALUE_PAIRED = dict(VALUE, walk_issue="paired")
 FUSED_VARIANTS = [FUSED_MATRIX, FUSED_PAIRED, FUSED_BOTH, FUSED_AHEAD, FUSED]
+# B1's and B4's tuned layouts before pieces: the key-major chain, 32 columns, and the value-major one.
+KEY_32 = dict(block_v=32, threads=128, num_stages=2)
+BOTH = dict(walk_moves="matrix", walk_issue="paired")
+AHEAD = dict(BOTH, stages=3)
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [dict(state_major="value", block_v=64, threads=128, num_stages=2), FUSED],
-    "B8 T4096 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(TWO_PASS_VALUE, walk_issue="paired"),
-                      dict(block_v=64, threads=128, num_stages=1)],
-    "B4 T8192 HV16": [dict(block_v=64, threads=256, num_stages=2), FUSED, VALUE_PAIRED, VALUE],
-    "varlen16 T32768 HV32": [*FUSED_VARIANTS, TWO_PASS_VALUE, dict(block_v=64, threads=128, num_stages=1)],
+    "B1 T32768 HV32": [KEY_32, pieces(64), pieces(32), pieces(128, **BOTH), pieces(128, **AHEAD)],
+    "B8 T4096 HV32": [*FUSED_VARIANTS, pieces(32), TWO_PASS_VALUE, dict(TWO_PASS_VALUE, walk_issue="paired")],
+    "B4 T8192 HV16": [VALUE, pieces(32), pieces(64, **BOTH), pieces(64, **AHEAD), VALUE_PAIRED],
+    "varlen16 T32768 HV32": [*FUSED_VARIANTS, pieces(32), pieces(16), TWO_PASS_VALUE],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}
@@ -162,9 +178,11 @@ def bench_cases() -> list[Case]:
 def _compile_one(job: tuple) -> str:
     from tileops.kernels.gdn.prefill_launch import compile_chain, compile_fused, compile_prep
 
+    from tileops.kernels.gdn.prefill_launch import compile_warm_start
+
     kind, case = job
     spec, cfg = case.spec(), case.cfg()
-    {"chain": compile_chain, "prep": compile_prep, "fused": compile_fused}[kind](cfg, spec)
+    {"chain": compile_chain, "prep": compile_prep, "fused": compile_fused, "warm": compile_warm_start}[kind](cfg, spec)
     return f"{kind} {case.name} {cfg.to_json()}"
 
 
@@ -174,6 +192,8 @@ def compile_all(jobs: int) -> None:
         spec, cfg = case.spec(), case.cfg()
         programs = ((("fused", (cfg.to_json(), spec.program_facts)),) if cfg.fused else
                     (("chain", (cfg.to_json(), spec.program_facts)), ("prep", (cfg.chunk_size, spec.program_facts))))
+        if cfg.piece_chunks:
+            programs += (("warm", (cfg.chunk_size, spec.program_facts)),)
         for kind, key in programs:
             if (kind, key) not in seen:
                 seen.add((kind, key))
@@ -281,7 +301,12 @@ def run_bench() -> list[str]:
             x = make_inputs(case, gen)
             args = args_of(x)
             total = median_ms(lambda: launcher(*args))
-            passes = "one kernel | -" if launcher.fused else "{:.3f} | {:.3f}".format(*time_passes(launcher, case, x))
+            if launcher.warm_start is not None:
+                passes = "pieces: warm-up {:.3f} | pieces {:.3f}".format(*time_pieces(launcher, x))
+            elif launcher.fused is not None:
+                passes = "one kernel | -"
+            else:
+                passes = "{:.3f} | {:.3f}".format(*time_passes(launcher, case, x))
             peers = PEERS_MS[case.name]
             rows.append(f"{case.name} | {case.cfg().to_json()} | {total:.3f} | {passes} | {peers[0]} / {peers[1]}")
         except Exception as err:
@@ -317,6 +342,40 @@ def time_passes(launcher, case: Case, x: dict) -> tuple[float, float]:
     return p, c
 
 
+def time_pieces(launcher, x: dict) -> tuple[float, float]:
+    """A call in pieces, split where its passes meet: the warm-up (its start and its walk), and
+    the walk of the pieces alone (from the warm-up's states, the call's own buffers)."""
+    from tileops.kernels.gdn.pieces import plan_for
+
+    q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    tokens = B * T
+    zero = launcher.no_gate(q.device)
+    cu = x["cu_seqlens"]
+    plan = plan_for(launcher.config.piece_chunks, 64, HV, B, T, cu, x["cu_seqlens_cpu"], q.device)
+    inputs = (q.reshape(tokens, H, K), k.reshape(tokens, H, K), v.reshape(tokens, HV, K),
+              g.reshape(tokens, HV).float(), beta.reshape(tokens, HV).float(), zero, zero)
+    n = len(cu) - 1 if cu is not None else B
+    final = torch.empty(n, HV, K, K, device=q.device)
+    h0 = final if x["initial_state"] is None else x["initial_state"]
+    has_init = int(x["initial_state"] is not None)
+    o = torch.empty(tokens, HV, K, dtype=q.dtype, device=q.device)
+    begin = torch.empty(plan.count, HV, dtype=torch.int32, device=q.device)
+    init_row = torch.empty_like(begin)
+    starts = torch.empty(plan.count, HV, K, K, device=q.device)
+
+    def warm_up():
+        launcher.warm_start(inputs[1], inputs[3], inputs[4], zero, zero, plan.start, plan.first, plan.seq, has_init,
+                            begin, init_row)
+        launcher.fused(*inputs, h0, begin, plan.start, init_row, plan.row, o, starts, 0)
+
+    warm = median_ms(warm_up)
+    walk = median_ms(lambda: launcher.fused(*inputs, starts, plan.starts, plan.end, plan.rows, plan.out_row, o,
+                                            final, 1))
+    return warm, walk
+
+
 def profile_once() -> None:
     """One call of the B8 benchmark shape with its default config, for a profiler to catch."""
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
@@ -334,7 +393,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     parser.add_argument("--only", choices=("check", "time"))
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--rows", nargs="*", default=None, help="time only the benchmark shapes whose name starts so")
     args = parser.parse_args()
+    if args.rows:
+        BENCH[:] = [case for case in BENCH if any(case.name.startswith(row) for row in args.rows)]
     if args.compile:
         compile_all(args.jobs)
         return

@@ -17,10 +17,11 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is ne
 
 
 def spec(mode: str = "prefill", dtype: torch.dtype = torch.bfloat16, heads: int = 16, value_heads: int = 32,
-         dim: int = 128, batch: int = 2, device: str = "cuda", arch: str = "sm90", **flags) -> CallSpec:
+         dim: int = 128, batch: int = 2, device: str = "cuda", arch: str = "sm90", tokens: int = 4096,
+         **flags) -> CallSpec:
     flags.setdefault("scale", dim ** -0.5)
     return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=torch.device(device), arch=arch,
-                    device_name="NVIDIA H200", batch=batch, tokens=4096, heads=heads, value_heads=value_heads,
+                    device_name="NVIDIA H200", batch=batch, tokens=tokens, heads=heads, value_heads=value_heads,
                     dim_k=dim, dim_v=dim, flags=make_flags(**flags))
 
 
@@ -48,18 +49,18 @@ def test_serves_prefill_and_varlen():
     assert refuse(spec(mode="varlen", dtype=torch.float16, dim=64)) is None
 
 
-def test_default_is_valid_and_splits_v_when_few_sequences():
+def test_default_is_valid_and_splits_v_when_few_short_sequences():
     kernel = get_kernel("tl.gdn_prefill")
-    few, many = spec(batch=1), spec(batch=16)
+    few, many = spec(batch=1, tokens=512), spec(batch=16, tokens=512)
     assert default(few).block_v < default(many).block_v
-    for call in (few, many, spec(dim=64, heads=2, value_heads=4)):
+    for call in (few, many, spec(dim=64, heads=2, value_heads=4), spec(batch=1)):
         kernel.validate_config(default(call), call)
 
 
 def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sms():
-    # 32 walks x 2 tiles = 64 CTAs: key-major, 32-wide; 64 walks x 2 = 128: value-major, prefetching;
-    # 128 walks x 2 = 256: value-major in two waves.
-    few, some, many = default(spec(batch=1)), default(spec(batch=2)), default(spec(batch=4))
+    # Sequences too short to cut. 32 walks x 2 tiles = 64 CTAs: key-major, 32-wide; 64 walks x 2 = 128:
+    # value-major, prefetching; 128 walks x 2 = 256: value-major in two waves.
+    few, some, many = (default(spec(batch=b, tokens=512)) for b in (1, 2, 4))
     assert (few.state_major, few.block_v) == ("key", 32)
     assert (some.state_major, some.block_v, some.threads, some.num_stages) == ("value", 64, 128, 2)
     assert (many.state_major, many.num_stages, many.fused) == ("value", 1, False)
@@ -73,10 +74,10 @@ def test_the_tuner_sees_every_layout():
 
 
 def test_default_fuses_once_every_sm_has_a_walk():
-    # 8 sequences x 32 value heads = 256 walks >= 132 SMs; 4 x 32 = 128 walks are too few.
+    # 8 sequences x 32 value heads = 256 walks >= 132 SMs; 4 x 32 = 128 walks of short sequences are too few.
     assert default(spec(batch=8)) == fused_config(128)
     assert default(spec(mode="varlen", batch=16)).fused
-    assert not default(spec(batch=4)).fused
+    assert not default(spec(batch=4, tokens=512)).fused
     assert not default(spec(batch=64, dim=64, heads=2, value_heads=4)).fused  # measured at 128 only
     call = spec(batch=8)
     get_kernel("tl.gdn_prefill").validate_config(fused_config(128), call)
@@ -223,3 +224,19 @@ def test_value_major_chain_pairs_its_waits():
     waits = [product_waits(compile_chain(config, call).get_kernel_source()) for config in (serial, paired)]
     # Three waits a chunk instead of five, in each copy of the step the software pipeline makes.
     assert waits[1] * 5 == waits[0] * 3
+
+
+@needs_nvcc
+def test_pieces_compile_with_their_warm_start():
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    call = spec(batch=1, tokens=32768)
+    config = default(call)
+    assert config.fused and config.piece_chunks == 128 and config.num_stages == 3
+    launcher = PrefillLauncher(config, call)
+    walk, start = launcher.fused.get_kernel_source(), launcher.warm_start.get_kernel_source()
+    # One walk program for the warm-up and the pieces: bounds per (piece, value head) and an output switch.
+    assert "int store_out" in walk and "int pieces" in walk and "wgmma" in walk
+    assert "logf" in start and "int has_init" in start
+    whole = PrefillLauncher(fused_config(128), spec(batch=8))
+    assert whole.warm_start is None and "store_out" not in whole.fused.get_kernel_source()

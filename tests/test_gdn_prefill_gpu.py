@@ -70,9 +70,10 @@ CASES = [
 # walk variants: "fused-matrix" moves Vᵀ and Oᵀ by transposing matrix loads and stores,
 # "fused-paired" waits for its independent products in pairs, "fused-ahead" does both with three
 # input stages, its first pass up to two chunks ahead; "value-paired" is the two-pass value-major chain
-# with paired waits.
+# with paired waits; "fused-pieces" cuts sequences into pieces of 16 chunks (the 1500-token one here).
 FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
-                 "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3)}
+                 "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3),
+                 "fused-pieces": dict(piece_chunks=16)}
 LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 
 
@@ -129,3 +130,108 @@ def test_packed_varlen(lengths, layout):
     o, ht = launch(*toks, h0, cu, cu.cpu(), None, None)
     ro, rh = reference(*toks, h0, None, None, cu, spec)
     assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+def warm_begin_expected(k, g, beta, plan_rows, l2norm):
+    """Per (piece, value head) of ``plan_rows`` ((start, first) pairs): where ``warm_start`` should
+    begin, from the bound computed in float64 on the host, and how close the bound came to the cut."""
+    from tileops.kernels.gdn.warm_start import FORGOTTEN
+
+    HV = g.shape[1]
+    group = HV // k.shape[1]
+    squares = torch.ones_like(g, dtype=torch.float64) if l2norm else (
+        k.double().pow(2).sum(-1).repeat_interleave(group, dim=1))
+    a = g.double() + torch.log((1 - beta.double() * squares).abs()).clamp(min=0)
+    begins, margin = [], float("inf")
+    for start, first in plan_rows:
+        row = []
+        for hv in range(HV):
+            bound, at = 0.0, start
+            while at > first:
+                bound += float(a[at - 64:at, hv].sum())
+                at -= 64
+                if bound < FORGOTTEN:
+                    break
+            margin = min(margin, abs(bound - FORGOTTEN))
+            row.append(at)
+        begins.append(row)
+    return torch.tensor(begins, dtype=torch.int32), margin
+
+
+@pytest.mark.parametrize("decay, l2norm, beta_max, walked", [
+    (0.08, True, 1.0, "short"),  # real decays: a few chunks of warm-up
+    (0.002, True, 1.0, "whole"),  # weak ones: back to the sequence's start
+    (0.08, False, 1.0, None),  # keys of norm about 1.4: the bound's key term now and then
+    (0.08, False, 2.0, "whole"),  # steps that stretch the state: the key term outgrows the decay
+])
+def test_warm_start_stops_where_the_bound_drops_below_fp32_roundoff(decay, l2norm, beta_max, walked):
+    from tileops.kernels.gdn.pieces import host_plan
+    from tileops.kernels.gdn.prefill_launch import compile_warm_start
+
+    H, HV, D, T = 2, 4, 128, 8192
+    spec = call_spec(mode="prefill", dtype=torch.bfloat16, heads=H, value_heads=HV, dim=D, batch=1, tokens=T,
+                     use_qk_l2norm_in_kernel=l2norm)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    k = torch.randn(T, H, D, generator=gen, device="cuda").to(torch.bfloat16) * (1.0 if l2norm else 0.12)
+    g = -decay * torch.rand(T, HV, generator=gen, device="cuda") * 2
+    beta = torch.rand(T, HV, generator=gen, device="cuda") * beta_max
+    plan = host_plan((T,), 16, 64, HV, torch.device("cuda"))
+    begin = torch.empty(plan.count, HV, dtype=torch.int32, device="cuda")
+    init_row = torch.empty_like(begin)
+    no_gate = torch.zeros(HV, device="cuda")
+    compile_warm_start(fused_config(D, piece_chunks=16), spec)(k, g, beta, no_gate, no_gate, plan.start, plan.first,
+                                                              plan.seq, 1, begin, init_row)
+    expected, margin = warm_begin_expected(k, g, beta, list(zip(plan.start.tolist(), plan.first.tolist())), l2norm)
+    assert margin > 1e-3  # no cut so close to the threshold that fp32 and float64 could disagree
+    assert torch.equal(begin.cpu(), expected)
+    assert torch.equal(init_row.cpu(), torch.where(expected == 0, 0, -1).to(torch.int32))
+    if walked == "short":
+        assert (plan.start.cpu()[1:, None] - expected[1:]).max() <= 8 * 64
+    elif walked == "whole":
+        assert torch.equal(expected, torch.zeros_like(expected))
+
+
+PIECE_CASES = [
+    dict(dtype=torch.bfloat16, heads=4, value_heads=8, dim=128),
+    dict(dtype=torch.float16, heads=2, value_heads=4, dim=64, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+         use_beta_sigmoid_in_kernel=True, state_v_first=True),
+    dict(dtype=torch.bfloat16, heads=2, value_heads=4, dim=128, use_beta_sigmoid_in_kernel=True,
+         allow_neg_eigval=True),
+]
+PIECE_LENGTHS = (3000, 77, 1100, 0, 1024)  # the packed half of the test: two sequences cut, three whole
+
+
+@pytest.mark.parametrize("case", PIECE_CASES)
+@pytest.mark.parametrize("decay", ["real", "weak"])
+def test_pieces_of_long_sequences_match_the_reference(case, decay):
+    """Sequences cut into pieces of 16 chunks, each from its warm-up's state: under real decays the
+    warm-up is a few chunks, under weak ones it walks back to the sequence's start (and its initial
+    state); equal lengths with an initial state, then packed lengths with and without host offsets."""
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    case = dict(case)
+    dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))
+    B, T = 2, 2500
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=T, **case)
+    config = fused_config(D, piece_chunks=16)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    flags = dict(logits=spec.flag("use_beta_sigmoid_in_kernel"), gate=spec.flag("use_gate_in_kernel"))
+    toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=B, init=True, **flags)
+    if decay == "weak":
+        toks[3] = (toks[3].float() * 0.01).to(dtype)
+        if a_log is not None:
+            a_log = a_log - 4.0
+    o, ht = PrefillLauncher(config, spec)(*toks, h0, None, None, a_log, dt_bias)
+    ro, rh = reference(*toks, h0, a_log, dt_bias, None, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+    lengths = PIECE_LENGTHS
+    varlen = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=len(lengths),
+                       tokens=sum(lengths), **case)
+    launch = PrefillLauncher(config, varlen)
+    toks, h0, a_log, dt_bias = inputs(gen, 1, sum(lengths), H, HV, D, dtype, n=len(lengths), init=True, **flags)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    ro, rh = reference(*toks, h0, a_log, dt_bias, cu, varlen)
+    for host in (cu.cpu(), None):  # without host offsets the sequences are walked whole
+        o, ht = launch(*toks, h0, cu, host, a_log, dt_bias)
+        assert rel(o, ro) < TOL and rel(ht, rh) < TOL

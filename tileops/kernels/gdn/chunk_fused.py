@@ -40,7 +40,7 @@ PREFIX_LANES = 4  # partial sums of the gates' prefix sum (T.cumsum runs on thre
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
                   varlen: bool, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
                   neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                  stages: int = FUSED_STAGES):
+                  stages: int = FUSED_STAGES, pieces: bool = False):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
@@ -50,6 +50,11 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
     ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
     the V tile).
+
+    ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
+    (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
+    of ``h0`` (zeros where it is −1), stores its outputs only when ``store_out`` is not 0 and its
+    last state in row ``out_row[p]`` of ``ht`` unless that is −1.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
     assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
@@ -136,7 +141,16 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             f_s[so, 3, row] = T.exp(last)
 
     @T.macro
-    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, bos, eos, has_init):
+    def emit_output(o_f, tile, s, o, t0, hv, hi, store_out):
+        """The chunk's outputs out through ``tile`` (stage s of it); a piece's warm-up walk skips it."""
+        if pieces:
+            if store_out != 0:
+                store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
+        else:
+            store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
+
+    @T.macro
+    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_out):
         h = hv // group
         q_s = T.alloc_shared([S, C, K], dtype)
         k_s = T.alloc_shared([S, C, K], dtype)
@@ -161,7 +175,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             o_f = T.alloc_fragment([V, C], accum)
             for c in T.serial(T.min(windows, S)):
                 load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
-            load_state(h0, s_f, n, hv, 0, has_init)
+            load_state(h0, s_f, init_row, hv, 0, has_init)
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
@@ -171,12 +185,16 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
                 if ahead:
                     T.barrier_arrive(consumed[so])
-                    store_output(o_f, v_s, s, o, t0, hv, 0, 0, hi)  # through this chunk's V tile, before its refill
+                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_out)  # through this chunk's V tile, before its refill
                 if c + S < windows:
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
                 if not ahead:
-                    store_output(o_f, o_s, 0, o, t0, hv, 0, 0, hi)
-            store_state(ht, s_f, n, hv, 0)
+                    emit_output(o_f, o_s, 0, o, t0, hv, hi, store_out)
+            if pieces:
+                if out_row >= 0:
+                    store_state(ht, s_f, out_row, hv, 0)
+            else:
+                store_state(ht, s_f, out_row, hv, 0)
         else:
             if shifted:
                 T.set_max_nreg(aux_regs, 0)
@@ -194,7 +212,34 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
                 T.barrier_arrive(ready[so])
 
-    if varlen:
+    if pieces:
+        rows_in, rows_out, count = T.dynamic("rows_in"), T.dynamic("rows_out"), T.dynamic("pieces")
+        in_shape = [rows_in, HV, V, K] if state_v_first else [rows_in, HV, K, V]
+        out_shape = [rows_out, HV, V, K] if state_v_first else [rows_out, HV, K, V]
+
+        @T.prim_func
+        def fused(
+            q: T.Tensor([tokens, H, K], dtype),
+            k: T.Tensor([tokens, H, K], dtype),
+            v: T.Tensor([tokens, HV, V], dtype),
+            g: T.Tensor([tokens, HV], accum),
+            beta: T.Tensor([tokens, HV], accum),
+            a_log: T.Tensor([HV], accum),
+            dt_bias: T.Tensor([HV], accum),
+            h0: T.Tensor(in_shape, accum),
+            begin: T.Tensor([count, HV], "int32"),
+            end: T.Tensor([count], "int32"),
+            init_row: T.Tensor([count, HV], "int32"),
+            out_row: T.Tensor([count], "int32"),
+            o: T.Tensor([tokens, HV, V], dtype),
+            ht: T.Tensor(out_shape, accum),
+            store_out: T.int32,
+        ):
+            with T.Kernel(HV, count, threads=threads, prelude=prelude) as (hv, p):
+                # init_row + 1 is 0 exactly when the piece starts from zeros (row −1)
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, begin[p, hv], end[p],
+                    T.max(init_row[p, hv], 0), init_row[p, hv] + 1, out_row[p], store_out)
+    elif varlen:
         @T.prim_func
         def fused(
             q: T.Tensor([tokens, H, K], dtype),
@@ -211,7 +256,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             has_init: T.int32,
         ):
             with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, cu_seqlens[n], cu_seqlens[n + 1], has_init)
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, cu_seqlens[n], cu_seqlens[n + 1], n, has_init, n, 1)
     else:
         @T.prim_func
         def fused(
@@ -229,6 +274,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             has_init: T.int32,
         ):
             with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, n, hv, n * seq_len, (n + 1) * seq_len, has_init)
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, n * seq_len, (n + 1) * seq_len, n, has_init, n, 1)
 
     return fused

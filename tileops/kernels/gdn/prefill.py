@@ -10,7 +10,10 @@
 
 ``fused`` (``chunk_fused``) runs both in one warp-specialised kernel per (sequence, value head):
 the value-major walk over the whole state, and one more warpgroup that forms the next chunk's
-T', M and decays in shared memory meanwhile, so that neither goes through global memory.
+T', M and decays in shared memory meanwhile, so that neither goes through global memory. With
+``piece_chunks`` it walks pieces of the sequences instead (``pieces``), each from the state a
+short warm-up walk computes where the decays allow (``warm_start``), so that few long sequences
+still fill the SMs.
 
 Registers the kernel: its config space (chunk length; the chain's layout, V tile, threads,
 pipeline depth and CTAs per SM), the reasons it turns a call down, its default and ``build``.
@@ -43,6 +46,8 @@ FUSED_STAGES = 2  # chunks the fused kernel holds at once: the one walked and th
 # warp touches 8 rows at once): 16 bytes shift each row by 4 banks, so those rows hit distinct banks.
 ROW_PAD = 8
 PAD = 8  # fp32 words padding each row of A and D⁻¹ in the solve, for the same reason as ROW_PAD
+PIECE_WIDTHS = (16, 32, 64, 128)  # the chunks a piece of a cut sequence may span
+WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, about e^-0.1 a token
 
 
 class GDNPrefillConfig(KernelConfig):
@@ -54,7 +59,9 @@ class GDNPrefillConfig(KernelConfig):
     ``walk_issue``: how the fused walk moves Vᵀ into registers and Oᵀ out, element by element
     or by transposing 8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
-    fused kernel and the value-major chain)."""
+    fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
+    than that many chunks into pieces walked side by side, each from the state a short warm-up
+    walk computes (``pieces``, ``warm_start``); 0 walks every sequence whole."""
 
     chunk_size: Literal[64] = 64
     state_major: Literal["key", "value"] = "key"
@@ -65,6 +72,7 @@ class GDNPrefillConfig(KernelConfig):
     fused: Literal[False, True] = False
     walk_moves: Literal["elementwise", "matrix"] = "elementwise"
     walk_issue: Literal["serial", "paired"] = "serial"
+    piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
     @model_validator(mode="after")
     def _fits(self, info: ValidationInfo) -> "GDNPrefillConfig":
@@ -121,10 +129,24 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
 
 
 def fused_config(dim_v: int, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                 stages: int = FUSED_STAGES) -> GDNPrefillConfig:
+                 stages: int = FUSED_STAGES, piece_chunks: int = 0) -> GDNPrefillConfig:
     """The fused kernel's config for a V-wide state."""
     return GDNPrefillConfig(state_major="value", block_v=dim_v, threads=2 * dim_v, num_stages=stages,
-                            fused=True, walk_moves=walk_moves, walk_issue=walk_issue)
+                            fused=True, walk_moves=walk_moves, walk_issue=walk_issue, piece_chunks=piece_chunks)
+
+
+def piece_width(walks: int, chunks: int) -> int:
+    """The piece width (in chunks; 0 for whole sequences) that a model of the fused kernel's time
+    likes best: the waves of CTAs times the chunks each walks, a piece's warm-up of WARM_CHUNKS
+    chunks included once sequences are cut. Ties go to the wider pieces (fewer warm-ups)."""
+    best, best_cost = 0, -(-walks // SMS) * chunks
+    for width in sorted(PIECE_WIDTHS, reverse=True):
+        if width >= chunks:
+            continue
+        cost = -(-walks * -(-chunks // width) // SMS) * (width + WARM_CHUNKS)
+        if cost < best_cost:
+            best, best_cost = width, cost
+    return best
 
 
 def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
@@ -148,6 +170,9 @@ def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
 
 def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
     """Why ``config`` cannot tile a K x V state, or None."""
+    if config.piece_chunks and not config.fused:
+        return (f"piece_chunks={config.piece_chunks} cuts sequences for the fused kernel; the two-pass chain "
+                f"walks them whole (piece_chunks=0)")
     if config.fused:
         return fused_problem(config, dim_k, dim_v, elem)
     if config.num_stages > 2:
@@ -194,8 +219,8 @@ def refuse(spec: CallSpec) -> Optional[str]:
 
 
 def default(spec: CallSpec) -> GDNPrefillConfig:
-    """Fused once there is a (sequence, value head) walk for every SM of a 128-wide state;
-    otherwise two passes: value-major 64-column tiles once they cover half the SMs (prefetching
+    """Fused for a 128-wide state once there is a (sequence, value head) walk for every SM, or
+    once cutting the sequences into pieces (``piece_width``) fills them; otherwise two passes: value-major 64-column tiles once they cover half the SMs (prefetching
     the next chunk while they fit in one wave), else key-major: a 64-wide V tile, or 32 when
     fewer than 64 walks would leave SMs idle, two lean CTAs per SM (128 threads, no prefetch)
     once the tiles fill two waves, else one CTA of 256 threads with prefetch.
@@ -208,10 +233,22 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     sequences in 0.518 against 0.559 and B4×T8192 HV16 (128 tiles) in 0.283 against 0.321, and
     loses B1×T32768 HV32 (64 tiles: 1.115 against 1.074 key-major with 32-wide tiles); 128-wide
     tiles lost to 64 on every shape, 16-wide to 32.
+
+    Pieces (2026-12-01, same script, two calls): B1×T32768 HV32 in pieces of 128 chunks runs in
+    0.75–0.78 ms against 1.32 for the tuned two-pass key-major chain (64 chunks: 0.82, 32: 0.92),
+    B4×T8192 HV16 in pieces of 64 in 0.39–0.44 against 0.48 (32: 0.42–0.49); with the walk ahead,
+    0.72–0.75 and 0.38–0.43, 3–4% faster in both calls (whole sequences lose with it: B8 0.79
+    against 0.62). Cutting B8×T4096 HV32 (0.88 against 0.62) or the 16 mixed sequences (0.92
+    against 0.73), which fill the SMs whole, loses.
     """
     walks = spec.batch * spec.value_heads
-    if spec.dim_v == 128 and walks >= SMS:
-        config = fused_config(spec.dim_v)
+    per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
+    width = piece_width(walks, -(-per_sequence // FUSED_CHUNK))
+    if spec.dim_v == 128 and (walks >= SMS or width):
+        # Pieces walk with the first pass up to two chunks ahead (matrix moves, paired waits, three
+        # input stages); whole sequences with the plain walk.
+        ahead = dict(walk_moves="matrix", walk_issue="paired", stages=3) if width else {}
+        config = fused_config(spec.dim_v, piece_chunks=width, **ahead)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)
@@ -250,5 +287,6 @@ KERNEL = register(KernelDef(
     modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
              "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
              "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
-             "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge", "tileops.kernels.gdn.walk_moves"),
+             "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge", "tileops.kernels.gdn.walk_moves",
+             "tileops.kernels.gdn.pieces", "tileops.kernels.gdn.warm_start"),
 ))

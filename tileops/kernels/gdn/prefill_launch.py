@@ -2,8 +2,9 @@
 
 The programs are specialised on the config, dtype, heads, widths and flags; token count, batch
 and sequence count are run-time values, so a new length reuses the compiled kernels. The
-launcher only allocates outputs and launches: no host sync, no per-call table building, so it
-can be captured in a CUDA graph. g, beta, A_log and dt_bias reach the first pass in fp32 (cast
+launcher only allocates outputs and launches: no host sync, and no per-call table building (a
+config in pieces builds its tables once per set of lengths, copied without a sync), so it can be
+captured in a CUDA graph. g, beta, A_log and dt_bias reach the first pass in fp32 (cast
 here when they come in the token dtype: a few microseconds against a millisecond call), so one
 program serves every dtype mix and a build compiles everything a call can need.
 """
@@ -19,7 +20,9 @@ from tileops.callspec import CallSpec
 from tileops.kernels.gdn import chunk_chain, chunk_chain_value_major
 from tileops.kernels.gdn.chunk_fused import fused_program
 from tileops.kernels.gdn.chunk_prep import prep_program
+from tileops.kernels.gdn.pieces import plan_for
 from tileops.kernels.gdn.prefill import GDNPrefillConfig
+from tileops.kernels.gdn.warm_start import warm_start_program
 
 # The software pipeline of the chain keeps its loads in the compute warps: the automatic
 # producer/consumer split mishandles the state tile set up before the loop.
@@ -64,8 +67,18 @@ def compile_fused(config: GDNPrefillConfig, spec: CallSpec):
     program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
-                            **first_pass_flags(spec))
+                            pieces=bool(config.piece_chunks), **first_pass_flags(spec))
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+
+
+def compile_warm_start(config: GDNPrefillConfig, spec: CallSpec):
+    """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product)."""
+    flags = first_pass_flags(spec)
+    flags.pop("scale")
+    flags.pop("varlen")
+    program = warm_start_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
+                                 chunk=config.chunk_size, **flags)
+    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 
 CHAINS = {"key": chunk_chain.chain_program, "value": chunk_chain_value_major.chain_program}
@@ -91,6 +104,7 @@ class PrefillLauncher:
         self.varlen = spec.mode == "varlen"
         self.value_first = bool(spec.flag("state_v_first", False))
         self.fused = compile_fused(config, spec) if config.fused else None
+        self.warm_start = compile_warm_start(config, spec) if config.piece_chunks else None
         self.chain = None if config.fused else compile_chain(config, spec)
         self.prep = None if config.fused else compile_prep(config, spec)
         self._no_gate: Optional[torch.Tensor] = None
@@ -127,6 +141,20 @@ class PrefillLauncher:
         if self.varlen:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
 
+        if self.warm_start is not None:
+            plan = plan_for(self.config.piece_chunks, C, HV, B, T, cu_seqlens if self.varlen else None,
+                            cu_seqlens_cpu, q.device)
+            inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
+            # Each piece's warm-up from where the bound allows (the state it reaches lands in its row
+            # of `starts`), then every piece from its row, its outputs stored, the last states kept.
+            begin = torch.empty(plan.count, HV, dtype=torch.int32, device=q.device)
+            init_row = torch.empty_like(begin)
+            self.warm_start(flat_k, flat_g, flat_beta, a_log, bias, plan.start, plan.first, plan.seq, has_init,
+                            begin, init_row)
+            starts = torch.empty((plan.count,) + state_shape[1:], dtype=torch.float32, device=q.device)
+            self.fused(*inputs, h0, begin, plan.start, init_row, plan.row, flat_o, starts, 0)
+            self.fused(*inputs, starts, plan.starts, plan.end, plan.rows, plan.out_row, flat_o, final, 1)
+            return o, final
         if self.fused is not None:
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias, h0)
             if self.varlen:

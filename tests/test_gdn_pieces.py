@@ -1,0 +1,69 @@
+"""Cutting sequences into pieces for the fused GDN prefill: the plan on the host, and the widths the
+default picks. The kernels themselves run in tests/test_gdn_prefill_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tileops.kernels.gdn.pieces import host_plan, piece_bounds, piece_count, plan_for
+from tileops.kernels.gdn.prefill import SMS, GDNPrefillConfig, piece_width
+
+CPU = torch.device("cpu")
+
+
+def test_sequences_are_cut_every_width_from_their_own_start():
+    # 200 tokens in pieces of 1 chunk (64): 64, 64, 64, 8; then a sequence of 0 and one of 64.
+    bounds = piece_bounds((200, 0, 64), 1, 64)
+    assert bounds == [(0, 64, 0, 0), (64, 128, 0, 0), (128, 192, 0, 0), (192, 200, 0, 0),
+                      (200, 200, 200, 1), (200, 264, 200, 2)]
+    assert piece_count((200, 0, 64), 1, 64) == len(bounds)
+
+
+@pytest.mark.parametrize("lengths, width", [((32768,), 128), ((3000, 77, 1100, 0, 1024), 16), ((8192,) * 4, 64),
+                                            ((5, 1, 700), 0)])
+def test_pieces_tile_every_sequence_exactly(lengths, width):
+    bounds = piece_bounds(lengths, width, 64)
+    assert len(bounds) == piece_count(lengths, width, 64)
+    offsets = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+    for seq, length in enumerate(lengths):
+        mine = [b for b in bounds if b[3] == seq]
+        assert mine[0][0] == offsets[seq] and mine[-1][1] == offsets[seq + 1]
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))  # contiguous, in order
+        assert all(b[2] == offsets[seq] for b in mine)
+        assert all((b[0] - b[2]) % 64 == 0 for b in mine)  # every cut on a chunk boundary
+        if width:
+            assert all(b[1] - b[0] <= width * 64 for b in mine)
+        else:
+            assert len(mine) == 1
+
+
+def test_the_plan_keeps_each_sequences_last_state_and_repeats_per_value_head():
+    plan = host_plan((200, 64), 1, 64, 3, CPU)
+    assert plan.count == 5
+    assert plan.out_row.tolist() == [-1, -1, -1, 0, 1]
+    assert plan.row.tolist() == list(range(5))
+    assert plan.starts.shape == (5, 3) and plan.starts[:, 2].tolist() == plan.start.tolist()
+    assert plan.rows[:, 1].tolist() == list(range(5))
+    assert all(t.dtype == torch.int32 for t in (plan.start, plan.end, plan.first, plan.seq, plan.starts))
+
+
+def test_packed_offsets_on_the_device_only_walk_sequences_whole():
+    cu = torch.tensor([0, 5, 300, 300, 1000], dtype=torch.int64)
+    whole = plan_for(16, 64, 2, 1, 1000, cu, None, CPU)
+    assert whole.start.tolist() == [0, 5, 300, 300] and whole.end.tolist() == [5, 300, 300, 1000]
+    assert whole.out_row.tolist() == [0, 1, 2, 3] and whole.starts.shape == (4, 2)
+    cut = plan_for(1, 64, 2, 1, 1000, cu, cu, CPU)
+    assert cut.count == 1 + 5 + 1 + 11
+
+
+def test_piece_width_fills_the_sms_with_few_cuts():
+    # B1 x T32768 x HV32: 32 walks of 512 chunks; 4 pieces of 128 fill one wave of 128 CTAs.
+    assert piece_width(32, 512) == 128
+    assert piece_width(64, 128) == 64  # B4 x T8192 x HV16: two pieces each, one wave
+    assert piece_width(256, 64) == 0  # B8 x T4096 x HV32: already two full waves
+    assert piece_width(32, 8) == 0  # too short to cut
+    assert piece_width(100, 300) == 64  # 500 pieces in four waves beat 100 walks of 300 chunks in one
+    for walks, chunks in ((32, 512), (64, 128), (16, 1024), (100, 300), (SMS, 64)):
+        width = piece_width(walks, chunks)
+        assert width in GDNPrefillConfig.choices()["piece_chunks"] and width < chunks

@@ -1,0 +1,109 @@
+"""Splitting sequences into pieces that CTAs walk side by side, and the device tables that say so.
+
+One CTA walks one (piece, value head). A sequence of more than ``piece_chunks`` chunks is cut
+every ``piece_chunks`` chunks from its start, so that few long sequences still fill the SMs; a
+piece after the first begins from the state its warm-up walk computes (``warm_start``). The
+tables depend only on the lengths, so they are built once per lengths and copied to the device
+from pinned memory without a host sync.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class PiecePlan:
+    """Per piece: ``start`` (first token), ``end`` (one past its last), ``first`` (its sequence's
+    first token), ``seq`` (its sequence) and ``out_row`` (the sequence for its last piece, whose
+    state is the sequence's final state, else −1); ``row`` is ``arange(P)``. ``starts`` and
+    ``rows`` are ``start`` and ``row`` repeated for every value head ([P, HV]), what the walk of
+    the pieces reads per CTA. On the device, int32. ``pinned``: the host tables they were copied
+    from, kept so that a CUDA graph that captured the copies replays them from live memory."""
+
+    start: torch.Tensor
+    end: torch.Tensor
+    first: torch.Tensor
+    seq: torch.Tensor
+    out_row: torch.Tensor
+    row: torch.Tensor
+    starts: torch.Tensor
+    rows: torch.Tensor
+    pinned: tuple = ()
+
+    @property
+    def count(self) -> int:
+        return self.start.shape[0]
+
+
+def piece_bounds(lengths: tuple[int, ...], piece_chunks: int, chunk: int) -> list[tuple[int, int, int, int]]:
+    """(start, end, first, seq) of every piece, in order: each sequence cut every ``piece_chunks``
+    chunks from its start (whole when ``piece_chunks`` is 0)."""
+    width = piece_chunks * chunk
+    out = []
+    first = 0
+    for seq, length in enumerate(lengths):
+        start = first
+        while True:
+            end = first + length if not width else min(first + length, start + width)
+            out.append((start, end, first, seq))
+            if end >= first + length:
+                break
+            start = end
+        first += length
+    return out
+
+
+def piece_count(lengths: tuple[int, ...], piece_chunks: int, chunk: int) -> int:
+    """How many pieces ``piece_bounds`` cuts."""
+    if not piece_chunks:
+        return len(lengths)
+    per = piece_chunks * chunk
+    return sum(max(1, -(-length // per)) for length in lengths)
+
+
+def to_device(table: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``table`` on ``device``, and the host copy it came from: pinned memory on CUDA, so that the
+    copy does not wait for the device."""
+    host = table.pin_memory() if device.type == "cuda" else table
+    return host.to(device, non_blocking=True), host
+
+
+@functools.lru_cache(maxsize=64)
+def host_plan(lengths: tuple[int, ...], piece_chunks: int, chunk: int, value_heads: int,
+              device: torch.device) -> PiecePlan:
+    """The plan of sequences with known ``lengths``, on ``device``."""
+    bounds = piece_bounds(lengths, piece_chunks, chunk)
+    last = [i + 1 == len(bounds) or bounds[i + 1][3] != b[3] for i, b in enumerate(bounds)]
+    table = torch.tensor([[b[0] for b in bounds], [b[1] for b in bounds], [b[2] for b in bounds],
+                          [b[3] for b in bounds], [b[3] if end else -1 for b, end in zip(bounds, last)],
+                          list(range(len(bounds)))], dtype=torch.int32)
+    wide = torch.stack([table[0], table[5]]).unsqueeze(2).expand(2, len(bounds), value_heads).contiguous()
+    (narrow, narrow_host), (broad, broad_host) = to_device(table, device), to_device(wide, device)
+    return PiecePlan(*narrow.unbind(0), *broad.unbind(0), pinned=(narrow_host, broad_host))
+
+
+def whole_plan(cu_seqlens: torch.Tensor, value_heads: int) -> PiecePlan:
+    """The plan of packed sequences whose lengths stay on the device: one piece each."""
+    bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
+    row = torch.arange(bounds.shape[0] - 1, dtype=torch.int32, device=bounds.device)
+    wide = torch.stack([bounds[:-1], row]).unsqueeze(2).expand(2, row.shape[0], value_heads).contiguous()
+    return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, row, wide[0], wide[1])
+
+
+def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,
+             cu_seqlens: Optional[torch.Tensor], cu_seqlens_cpu: Optional[torch.Tensor],
+             device: torch.device) -> PiecePlan:
+    """The plan of one call: equal lengths, or packed ones known on the host (``cu_seqlens_cpu``);
+    packed ones known only on the device are walked whole."""
+    if cu_seqlens is None:
+        return host_plan((seq_len,) * batch, piece_chunks, chunk, value_heads, device)
+    if cu_seqlens_cpu is None:
+        return whole_plan(cu_seqlens, value_heads)
+    offsets = cu_seqlens_cpu.tolist()
+    lengths = tuple(b - a for a, b in zip(offsets, offsets[1:]))
+    return host_plan(lengths, piece_chunks, chunk, value_heads, device)
