@@ -364,18 +364,9 @@ def time_pieces(launcher, x: dict) -> tuple[float, float]:
     h0 = final if x["initial_state"] is None else x["initial_state"]
     has_init = int(x["initial_state"] is not None)
     o = torch.empty(tokens, HV, K, dtype=q.dtype, device=q.device)
-    begin = torch.empty(plan.count, HV, dtype=torch.int32, device=q.device)
-    init_row = torch.empty_like(begin)
     starts = torch.empty(plan.count, HV, K, K, device=q.device)
-
-    def warm_up():
-        launcher.warm_start(inputs[1], inputs[3], inputs[4], zero, zero, plan.start, plan.first, plan.seq, has_init,
-                            begin, init_row)
-        launcher.fused(*inputs, h0, begin, plan.start, init_row, plan.row, o, starts, 0)
-
-    warm = median_ms(warm_up)
-    walk = median_ms(lambda: launcher.fused(*inputs, starts, plan.starts, plan.end, plan.rows, plan.out_row, o,
-                                            final, 1))
+    warm = median_ms(lambda: launcher.warm_up(plan, inputs, h0, has_init, o, starts))
+    walk = median_ms(lambda: launcher.walk_pieces(plan, inputs, starts, o, final))
     return warm, walk
 
 

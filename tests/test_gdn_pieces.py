@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tileops.kernels.gdn.pieces import host_plan, piece_bounds, piece_count, plan_for
+from tileops.kernels.gdn.pieces import host_plan, piece_bounds, plan_for
 from tileops.kernels.gdn.prefill import SMS, GDNPrefillConfig, piece_width
 
 CPU = torch.device("cpu")
@@ -17,14 +17,14 @@ def test_sequences_are_cut_every_width_from_their_own_start():
     bounds = piece_bounds((200, 0, 64), 1, 64)
     assert bounds == [(0, 64, 0, 0), (64, 128, 0, 0), (128, 192, 0, 0), (192, 200, 0, 0),
                       (200, 200, 200, 1), (200, 264, 200, 2)]
-    assert piece_count((200, 0, 64), 1, 64) == len(bounds)
+    assert host_plan((200, 0, 64), 1, 64, 1, CPU).count == len(bounds)
 
 
 @pytest.mark.parametrize("lengths, width", [((32768,), 128), ((3000, 77, 1100, 0, 1024), 16), ((8192,) * 4, 64),
                                             ((5, 1, 700), 0)])
 def test_pieces_tile_every_sequence_exactly(lengths, width):
     bounds = piece_bounds(lengths, width, 64)
-    assert len(bounds) == piece_count(lengths, width, 64)
+    assert len(bounds) == host_plan(lengths, width, 64, 1, CPU).count
     offsets = [0, *torch.tensor(lengths).cumsum(0).tolist()]
     for seq, length in enumerate(lengths):
         mine = [b for b in bounds if b[3] == seq]
@@ -49,7 +49,7 @@ def test_the_plan_keeps_each_sequences_last_state_and_repeats_per_value_head():
 
 
 def test_packed_offsets_on_the_device_only_walk_sequences_whole():
-    cu = torch.tensor([0, 5, 300, 300, 1000], dtype=torch.int64)
+    cu = torch.tensor([0, 5, 300, 300, 1000], dtype=torch.int32)
     whole = plan_for(16, 64, 2, 1, 1000, cu, None, CPU)
     assert whole.start.tolist() == [0, 5, 300, 300] and whole.end.tolist() == [5, 300, 300, 1000]
     assert whole.out_row.tolist() == [0, 1, 2, 3] and whole.starts.shape == (4, 2)

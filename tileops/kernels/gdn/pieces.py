@@ -58,14 +58,6 @@ def piece_bounds(lengths: tuple[int, ...], piece_chunks: int, chunk: int) -> lis
     return out
 
 
-def piece_count(lengths: tuple[int, ...], piece_chunks: int, chunk: int) -> int:
-    """How many pieces ``piece_bounds`` cuts."""
-    if not piece_chunks:
-        return len(lengths)
-    per = piece_chunks * chunk
-    return sum(max(1, -(-length // per)) for length in lengths)
-
-
 def to_device(table: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``table`` on ``device``, and the host copy it came from: pinned memory on CUDA, so that the
     copy does not wait for the device."""
@@ -87,9 +79,8 @@ def host_plan(lengths: tuple[int, ...], piece_chunks: int, chunk: int, value_hea
     return PiecePlan(*narrow.unbind(0), *broad.unbind(0), pinned=(narrow_host, broad_host))
 
 
-def whole_plan(cu_seqlens: torch.Tensor, value_heads: int) -> PiecePlan:
-    """The plan of packed sequences whose lengths stay on the device: one piece each."""
-    bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
+def whole_plan(bounds: torch.Tensor, value_heads: int) -> PiecePlan:
+    """The plan of packed sequences whose int32 offsets ``bounds`` stay on the device: one piece each."""
     row = torch.arange(bounds.shape[0] - 1, dtype=torch.int32, device=bounds.device)
     wide = torch.stack([bounds[:-1], row]).unsqueeze(2).expand(2, row.shape[0], value_heads).contiguous()
     return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, row, wide[0], wide[1])
@@ -99,7 +90,7 @@ def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_le
              cu_seqlens: Optional[torch.Tensor], cu_seqlens_cpu: Optional[torch.Tensor],
              device: torch.device) -> PiecePlan:
     """The plan of one call: equal lengths, or packed ones known on the host (``cu_seqlens_cpu``);
-    packed ones known only on the device are walked whole."""
+    packed ones known only on the device (``cu_seqlens``, int32) are walked whole."""
     if cu_seqlens is None:
         return host_plan((seq_len,) * batch, piece_chunks, chunk, value_heads, device)
     if cu_seqlens_cpu is None:

@@ -116,6 +116,22 @@ class PrefillLauncher:
             self._no_gate = torch.zeros(self.spec.value_heads, dtype=torch.float32, device=device)
         return self._no_gate
 
+    def warm_up(self, plan, inputs, h0, has_init, flat_o, starts):
+        """Where each piece's warm-up begins (as far back as the bound asks), then the warm-ups,
+        outputs off: the state each reaches lands in its piece's row of ``starts``. ``inputs``: the
+        flattened q, k, v, g, β, A_log and dt_bias the fused kernel reads."""
+        _, flat_k, _, flat_g, flat_beta, a_log, bias = inputs
+        begin = torch.empty(plan.count, flat_g.shape[1], dtype=torch.int32, device=flat_g.device)
+        init_row = torch.empty_like(begin)
+        self.warm_start(flat_k, flat_g, flat_beta, a_log, bias, plan.start, plan.first, plan.seq, has_init,
+                        begin, init_row)
+        self.fused(*inputs, h0, begin, plan.start, init_row, plan.row, flat_o, starts, 0)
+
+    def walk_pieces(self, plan, inputs, starts, flat_o, final):
+        """Every piece from its row of ``starts``, outputs stored; each sequence's last piece leaves
+        its final state in ``final``."""
+        self.fused(*inputs, starts, plan.starts, plan.end, plan.rows, plan.out_row, flat_o, final, 1)
+
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                  A_log=None, dt_bias=None):
         B, T, H, K = q.shape
@@ -142,18 +158,11 @@ class PrefillLauncher:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
 
         if self.warm_start is not None:
-            plan = plan_for(self.config.piece_chunks, C, HV, B, T, cu_seqlens if self.varlen else None,
-                            cu_seqlens_cpu, q.device)
+            plan = plan_for(self.config.piece_chunks, C, HV, B, T, bounds, cu_seqlens_cpu, q.device)
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
-            # Each piece's warm-up from where the bound allows (the state it reaches lands in its row
-            # of `starts`), then every piece from its row, its outputs stored, the last states kept.
-            begin = torch.empty(plan.count, HV, dtype=torch.int32, device=q.device)
-            init_row = torch.empty_like(begin)
-            self.warm_start(flat_k, flat_g, flat_beta, a_log, bias, plan.start, plan.first, plan.seq, has_init,
-                            begin, init_row)
             starts = torch.empty((plan.count,) + state_shape[1:], dtype=torch.float32, device=q.device)
-            self.fused(*inputs, h0, begin, plan.start, init_row, plan.row, flat_o, starts, 0)
-            self.fused(*inputs, starts, plan.starts, plan.end, plan.rows, plan.out_row, flat_o, final, 1)
+            self.warm_up(plan, inputs, h0, has_init, flat_o, starts)
+            self.walk_pieces(plan, inputs, starts, flat_o, final)
             return o, final
         if self.fused is not None:
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias, h0)
