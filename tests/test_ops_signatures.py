@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
 from pathlib import Path
 
@@ -15,7 +16,9 @@ POS = inspect.Parameter.POSITIONAL_OR_KEYWORD
 KW = inspect.Parameter.KEYWORD_ONLY
 NO_DEFAULT = inspect.Parameter.empty
 
-SPEC_PATH = Path(__file__).resolve().parents[1] / ".." / "shared" / "spec" / "linear_attention_ops.md"
+# The specification beside the checkout, or where $TILEOPS_SPEC says (.ci/run finds it for a clone).
+SPEC_PATH = Path(os.environ.get("TILEOPS_SPEC") or
+                 Path(__file__).resolve().parents[1] / ".." / "shared" / "spec" / "linear_attention_ops.md")
 
 TARGET = ("target", KW, None)
 GATED_INIT = [("scale", POS, None), ("use_qk_l2norm_in_kernel", POS, False),
