@@ -23,7 +23,8 @@ ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
 
 def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
-    from tests.test_gdn_prefill_gpu import CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, call_spec, layout_config
+    from tests.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, WIDE_LAYOUTS, WIDE_LENGTHS,
+                                            call_spec, layout_config)
     from tileops.kernels.gdn.prefill import fused_config
 
     specs = []
@@ -35,6 +36,10 @@ def prefill_jobs() -> list[tuple]:
     specs.append(call_spec(mode="varlen", dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, batch=6,
                            tokens=899, device_name=DEVICE_NAME, use_qk_l2norm_in_kernel=True))
     jobs = [(layout_config(layout, spec), spec) for spec in specs for layout in LAYOUTS]
+    wide = call_spec(mode="varlen", dtype=torch.bfloat16, heads=4, value_heads=32, dim=128, batch=len(WIDE_LENGTHS),
+                     tokens=sum(WIDE_LENGTHS), device_name=DEVICE_NAME)
+    jobs += [(layout_config(layout, wide), wide) for layout in WIDE_LAYOUTS]
+    jobs = [(config, spec) for config, spec in jobs if config is not None]  # layouts a spec cannot take
     for case in PIECE_CASES:  # the pieces test: equal lengths, then packed
         case = dict(case)
         dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))

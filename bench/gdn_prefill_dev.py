@@ -99,11 +99,11 @@ def short_lengths(count: int, seed: int) -> tuple[int, ...]:
 
 BF, FP = torch.bfloat16, torch.float16
 FUSED = fused_config(128).model_dump()
-# The fused walk's variants: matrix moves, paired waits, both, and both with three input stages.
-FUSED_MATRIX = fused_config(128, walk_moves="matrix").model_dump()
-FUSED_PAIRED = fused_config(128, walk_issue="paired").model_dump()
+# The fused walk's variants: matrix moves with paired waits, and with three input stages.
 FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
 FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
+# The two state warpgroups taking turns on the tensor cores.
+FUSED_TURNS = fused_config(128, walk_issue="turns").model_dump()
 # Pieces: sequences cut every 16 (32, 64, 128) chunks, each piece walked from its warm-up's state.
 def pieces(width: int, **variant) -> dict:
     return fused_config(128, piece_chunks=width, **variant).model_dump()
@@ -139,6 +139,14 @@ CHECKS = [
          sigmoid=True, init=True, config=fused_config(64, piece_chunks=16).model_dump()),
     Case("bf16 H16/16 K128 B1x9000 vfirst init pieces16 ahead", BF, 16, 16, 128, batch=1, seq_len=9000, v_first=True,
          init=True, config=pieces(16, walk_moves="matrix", walk_issue="paired", stages=3)),
+    Case("bf16 H16/32 K128 varlen mixed init fused turns", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
+         init=True, config=FUSED_TURNS),
+    Case("fp16 H2/4 K128 B3x300 l2+gate+sig fused turns", FP, 2, 4, 128, batch=3, seq_len=300, l2norm=True,
+         gate=True, sigmoid=True, init=True, config=FUSED_TURNS),
+    Case("bf16 H16/16 K128 B1x9000 vfirst init pieces16 turns", BF, 16, 16, 128, batch=1, seq_len=9000,
+         v_first=True, init=True, config=pieces(16, walk_issue="turns")),
+    Case("bf16 H16/32 K128 varlen mixed 12000 pieces16 turns", BF, 16, 32, 128, lens=mixed_lengths(12000, 16, 4),
+         config=pieces(16, walk_issue="turns")),
 ]
 
 BENCH = [
@@ -148,22 +156,16 @@ BENCH = [
     Case("varlen16 T32768 HV32", BF, 16, 32, 128,
          lens=next(c.seqlens for c in PRESETS["qwen3-next"]["gdn"] if c.seqlens)),
 ]
-# Besides the default: the other layouts, and on the fused rows the walk's variants with the default
-# timed once more after them (the spread of its two times is the noise band of the comparison).
-TWO_PASS_VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=1)
-# B4's default (the value-major chain, prefetching) with paired waits, then the default again.
-VALUE = dict(state_major="value", block_v=64, threads=128, num_stages=2)
-VALUE_PAIRED = dict(VALUE, walk_issue="paired")
-FUSED_VARIANTS = [FUSED_MATRIX, FUSED_PAIRED, FUSED_BOTH, FUSED_AHEAD, FUSED]
-# B1's and B4's tuned layouts before pieces: the key-major chain, 32 columns, and the value-major one.
-KEY_32 = dict(block_v=32, threads=128, num_stages=2)
-BOTH = dict(walk_moves="matrix", walk_issue="paired")
-AHEAD = dict(BOTH, stages=3)
+# Besides the default: the walk's variants, each shape's previous default timed last (the spread
+# against its other time, where it is the default too, is the noise band of the comparison).
+AHEAD = dict(walk_moves="matrix", walk_issue="paired", stages=3)
+TURNS = dict(walk_issue="turns")
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [KEY_32, pieces(64), pieces(32), pieces(128, **BOTH), pieces(128, **AHEAD)],
-    "B8 T4096 HV32": [*FUSED_VARIANTS, pieces(32), TWO_PASS_VALUE, dict(TWO_PASS_VALUE, walk_issue="paired")],
-    "B4 T8192 HV16": [VALUE, pieces(32), pieces(64, **BOTH), pieces(64, **AHEAD), VALUE_PAIRED],
-    "varlen16 T32768 HV32": [*FUSED_VARIANTS, pieces(32), pieces(16), TWO_PASS_VALUE],
+    "B1 T32768 HV32": [pieces(128, **TURNS), pieces(128), pieces(128, **AHEAD)],
+    "B8 T4096 HV32": [FUSED_TURNS, FUSED],
+    "B4 T8192 HV16": [pieces(64, **TURNS), pieces(64), pieces(64, **AHEAD)],
+    # The default walks the 16 sequences uncut, longest first; FUSED in the order given.
+    "varlen16 T32768 HV32": [FUSED, pieces(128, **TURNS), pieces(32, **TURNS), FUSED, pieces(128)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}
@@ -304,8 +306,11 @@ def run_bench() -> list[str]:
             x = make_inputs(case, gen)
             args = args_of(x)
             total = median_ms(lambda: launcher(*args))
-            if launcher.warm_start is not None:
-                passes = "pieces: warm-up {:.3f} | pieces {:.3f}".format(*time_pieces(launcher, x))
+            pieces = time_pieces(launcher, x) if launcher.warm_start is not None else None
+            if pieces:
+                passes = "pieces: warm-up {:.3f} | pieces {:.3f}".format(*pieces)
+            elif launcher.warm_start is not None:
+                passes = "uncut pieces, longest first | -"
             elif launcher.fused is not None:
                 passes = "one kernel | -"
             else:
@@ -345,9 +350,10 @@ def time_passes(launcher, case: Case, x: dict) -> tuple[float, float]:
     return p, c
 
 
-def time_pieces(launcher, x: dict) -> tuple[float, float]:
+def time_pieces(launcher, x: dict) -> Optional[tuple[float, float]]:
     """A call in pieces, split where its passes meet: the warm-up (its start and its walk), and
-    the walk of the pieces alone (from the warm-up's states, the call's own buffers)."""
+    the walk of the pieces alone (from the warm-up's states, the call's own buffers); None when
+    no piece is cut (one launch)."""
     from tileops.kernels.gdn.pieces import plan_for
 
     q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
@@ -357,6 +363,8 @@ def time_pieces(launcher, x: dict) -> tuple[float, float]:
     zero = launcher.no_gate(q.device)
     cu = x["cu_seqlens"]
     plan = plan_for(launcher.config.piece_chunks, 64, HV, B, T, cu, x["cu_seqlens_cpu"], q.device)
+    if not plan.cut:
+        return None
     inputs = (q.reshape(tokens, H, K), k.reshape(tokens, H, K), v.reshape(tokens, HV, K),
               g.reshape(tokens, HV).float(), beta.reshape(tokens, HV).float(), zero, zero)
     n = len(cu) - 1 if cu is not None else B
@@ -366,7 +374,7 @@ def time_pieces(launcher, x: dict) -> tuple[float, float]:
     o = torch.empty(tokens, HV, K, dtype=q.dtype, device=q.device)
     starts = torch.empty(plan.count, HV, K, K, device=q.device)
     warm = median_ms(lambda: launcher.warm_up(plan, inputs, h0, has_init, o, starts))
-    walk = median_ms(lambda: launcher.walk_pieces(plan, inputs, starts, o, final))
+    walk = median_ms(lambda: launcher.walk_pieces(plan, inputs, starts, plan.rows, o, final))
     return warm, walk
 
 
@@ -388,11 +396,14 @@ def main() -> None:
     parser.add_argument("--only", choices=("check", "time"))
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--rows", nargs="*", default=None, help="time only the benchmark shapes whose name starts so")
+    parser.add_argument("--checks", nargs="*", default=None, help="check only the cases whose name holds one of these")
     parser.add_argument("--weak-decay", action="store_true", help="gates 200x weaker (pieces' worst case)")
     args = parser.parse_args()
     if args.weak_decay:
         global DECAY_SCALE
         DECAY_SCALE = 0.005
+    if args.checks:
+        CHECKS[:] = [case for case in CHECKS if any(part in case.name for part in args.checks)]
     if args.rows:
         BENCH[:] = [case for case in BENCH if any(case.name.startswith(row) for row in args.rows)]
     if args.compile:

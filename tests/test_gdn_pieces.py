@@ -40,19 +40,37 @@ def test_pieces_tile_every_sequence_exactly(lengths, width):
 
 def test_the_plan_keeps_each_sequences_last_state_and_repeats_per_value_head():
     plan = host_plan((200, 64), 1, 64, 3, CPU)
-    assert plan.count == 5
-    assert plan.out_row.tolist() == [-1, -1, -1, 0, 1]
+    assert plan.count == 5 and plan.cut
+    # Longest first, ties in sequence order: 200 = 64 + 64 + 64 + 8, then 64.
+    assert plan.start.tolist() == [0, 64, 128, 200, 192] and plan.seq.tolist() == [0, 0, 0, 1, 0]
+    assert plan.out_row.tolist() == [-1, -1, -1, 1, 0]
     assert plan.row.tolist() == list(range(5))
     assert plan.starts.shape == (5, 3) and plan.starts[:, 2].tolist() == plan.start.tolist()
     assert plan.rows[:, 1].tolist() == list(range(5))
-    assert all(t.dtype == torch.int32 for t in (plan.start, plan.end, plan.first, plan.seq, plan.starts))
+    assert plan.entry_rows.shape == (2, 5, 3)
+    assert plan.entry_rows[0].eq(-1).all() and plan.entry_rows[1][:, 0].tolist() == plan.seq.tolist()
+    assert all(t.dtype == torch.int32 for t in (plan.start, plan.end, plan.first, plan.seq, plan.starts,
+                                                plan.entry_rows))
+
+
+def test_known_lengths_run_longest_first_and_uncut_plans_need_no_warm_up():
+    lengths = (100, 4096, 0, 700, 4096, 1)
+    plan = host_plan(lengths, 128, 64, 2, CPU)
+    assert not plan.cut  # no sequence longer than 128 chunks
+    walked = (plan.end - plan.start).tolist()
+    assert walked == sorted(walked, reverse=True) and sorted(walked) == sorted(lengths)
+    assert plan.seq.tolist() == [1, 4, 3, 0, 5, 2]  # equal lengths keep their order
+    assert plan.out_row.tolist() == plan.seq.tolist()  # every piece is its sequence's last
+    assert plan.entry_rows[1][:, 1].tolist() == plan.seq.tolist()
+    assert host_plan(lengths, 16, 64, 2, CPU).cut
 
 
 def test_packed_offsets_on_the_device_only_walk_sequences_whole():
     cu = torch.tensor([0, 5, 300, 300, 1000], dtype=torch.int32)
     whole = plan_for(16, 64, 2, 1, 1000, cu, None, CPU)
     assert whole.start.tolist() == [0, 5, 300, 300] and whole.end.tolist() == [5, 300, 300, 1000]
-    assert whole.out_row.tolist() == [0, 1, 2, 3] and whole.starts.shape == (4, 2)
+    assert whole.out_row.tolist() == [0, 1, 2, 3] and whole.starts.shape == (4, 2) and not whole.cut
+    assert whole.entry_rows[0].eq(-1).all() and whole.entry_rows[1][:, 1].tolist() == [0, 1, 2, 3]
     cut = plan_for(1, 64, 2, 1, 1000, cu, cu, CPU)
     assert cut.count == 1 + 5 + 1 + 11
 

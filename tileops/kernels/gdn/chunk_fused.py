@@ -31,6 +31,8 @@ from tileops.kernels.gdn.chunk_chain_value_major import walk_step
 from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, upper_clear, wy_solve
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
 from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
+from tileops.kernels.gdn.walk_turns import SOURCE as TURNS_SOURCE
+from tileops.kernels.gdn.walk_turns import pass_turn, take_turn
 from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
@@ -49,7 +51,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
     ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
-    the V tile).
+    the V tile). ``walk_issue='turns'`` (V = 128): the two state warpgroups take turns issuing
+    each round of products (``walk_turns``).
 
     ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
     (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
@@ -71,7 +74,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
     step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
                                    issue=walk_issue)
-    prelude = SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
+    turns = walk_issue == "turns"
+    assert not turns or V // 64 == 2, "turns are taken by two state warpgroups"
+    prelude = SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "") + (TURNS_SOURCE if turns else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
@@ -176,6 +181,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             for c in T.serial(T.min(windows, S)):
                 load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             load_state(h0, s_f, init_row, hv, 0, has_init)
+            if turns:
+                if tx >= WARPGROUP:
+                    pass_turn(1)  # warpgroup 0 issues first
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
@@ -190,6 +198,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
                 if not ahead:
                     emit_output(o_f, o_s, 0, o, t0, hv, hi, store_out)
+            if turns:
+                if tx < WARPGROUP:
+                    take_turn(0)  # the turn warpgroup 1 passed last, so none is left when the CTA ends
             if pieces:
                 if out_row >= 0:
                     store_state(ht, s_f, out_row, hv, 0)

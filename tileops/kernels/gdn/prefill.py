@@ -59,7 +59,8 @@ class GDNPrefillConfig(KernelConfig):
     ``walk_issue``: how the fused walk moves Vᵀ into registers and Oᵀ out, element by element
     or by transposing 8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
-    fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
+    fused kernel and the value-major chain), or in pairs with the fused kernel's two state
+    warpgroups taking turns on the tensor cores (``"turns"``, V = 128). ``piece_chunks`` (fused only): cut sequences longer
     than that many chunks into pieces walked side by side, each from the state a short warm-up
     walk computes (``pieces``, ``warm_start``); 0 walks every sequence whole."""
 
@@ -71,7 +72,7 @@ class GDNPrefillConfig(KernelConfig):
     min_blocks: Literal[1, 2] = 1
     fused: Literal[False, True] = False
     walk_moves: Literal["elementwise", "matrix"] = "elementwise"
-    walk_issue: Literal["serial", "paired"] = "serial"
+    walk_issue: Literal["serial", "paired", "turns"] = "serial"
     piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
     @model_validator(mode="after")
@@ -122,6 +123,12 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
     if config.num_stages > FUSED_STAGES and config.walk_moves != "matrix":
         return ("three input stages fit only with walk_moves='matrix', whose output goes out through the "
                 "chunk's V tile instead of a tile of its own")
+    if config.walk_issue == "turns" and dim_v != 128:
+        return (f"walk_issue='turns' is taken by the two state warpgroups of a 128-wide state; V={dim_v} has one "
+                f"(use 'serial' or 'paired')")
+    if config.walk_issue == "turns" and config.walk_moves != "elementwise":
+        return ("walk_issue='turns' takes walk_moves='elementwise': with the matrix moves TileLang puts a barrier "
+                "of both state warpgroups inside a turn, where one waits for the other")
     smem = fused_smem_bytes(dim_k, elem, config.num_stages)
     if smem > SMEM_BYTES:
         return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
@@ -181,6 +188,9 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.walk_moves != "elementwise":
         return (f"walk_moves={config.walk_moves!r} serves the fused kernel only (the two-pass chain's software "
                 f"pipeline orders its tiles by what it sees TileLang load); use walk_moves='elementwise'")
+    if config.walk_issue == "turns":
+        return ("walk_issue='turns' is the fused kernel's (its two state warpgroups take turns); the two-pass "
+                "chain takes 'serial' or 'paired'")
     if config.walk_issue != "serial" and config.state_major != "value":
         return (f"walk_issue={config.walk_issue!r} pairs the value-major walk's products; the key-major chain "
                 f"takes walk_issue='serial'")
@@ -239,7 +249,9 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     B4×T8192 HV16 in pieces of 64 in 0.39–0.44 against 0.48 (32: 0.42–0.49); with the walk ahead,
     0.72–0.75 and 0.38–0.43, 3–4% faster in both calls (whole sequences lose with it: B8 0.79
     against 0.62). Cutting B8×T4096 HV32 (0.88 against 0.62) or the 16 mixed sequences (0.92
-    against 0.73), which fill the SMs whole, loses.
+    against 0.73), which fill the SMs whole, loses. Packed calls take pieces of 128 chunks even when
+    no sequence is that long: uncut pieces are one launch, and with host offsets they run longest
+    first (``pieces``).
     """
     walks = spec.batch * spec.value_heads
     per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
@@ -248,7 +260,9 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
         # Pieces walk with the first pass up to two chunks ahead (matrix moves, paired waits, three
         # input stages); whole sequences with the plain walk.
         ahead = dict(walk_moves="matrix", walk_issue="paired", stages=3) if width else {}
-        config = fused_config(spec.dim_v, piece_chunks=width, **ahead)
+        # Packed calls walk in pieces even when none is cut: with host offsets, longest first.
+        pieces = width or (PIECE_WIDTHS[-1] if spec.mode == "varlen" else 0)
+        config = fused_config(spec.dim_v, piece_chunks=pieces, **ahead)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)
@@ -288,5 +302,5 @@ KERNEL = register(KernelDef(
              "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
              "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
              "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge", "tileops.kernels.gdn.walk_moves",
-             "tileops.kernels.gdn.pieces", "tileops.kernels.gdn.warm_start"),
+             "tileops.kernels.gdn.walk_turns", "tileops.kernels.gdn.pieces", "tileops.kernels.gdn.warm_start"),
 ))

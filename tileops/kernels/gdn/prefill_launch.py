@@ -22,6 +22,7 @@ from tileops.kernels.gdn.chunk_fused import fused_program
 from tileops.kernels.gdn.chunk_prep import prep_program
 from tileops.kernels.gdn.pieces import plan_for
 from tileops.kernels.gdn.prefill import GDNPrefillConfig
+from tileops.kernels.gdn.walk_turns import barrier_in_turn
 from tileops.kernels.gdn.warm_start import warm_start_program
 
 # The software pipeline of the chain keeps its loads in the compute warps: the automatic
@@ -68,7 +69,11 @@ def compile_fused(config: GDNPrefillConfig, spec: CallSpec):
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
                             pieces=bool(config.piece_chunks), **first_pass_flags(spec))
-    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+    kernel = tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+    if config.walk_issue == "turns" and barrier_in_turn(kernel.get_kernel_source()):
+        raise ValueError(f"{config.to_json()} does not build for {spec.program_facts}: TileLang put a barrier of "
+                         f"both state warpgroups inside a turn, where they would wait for each other")
+    return kernel
 
 
 def compile_warm_start(config: GDNPrefillConfig, spec: CallSpec):
@@ -127,10 +132,10 @@ class PrefillLauncher:
                         begin, init_row)
         self.fused(*inputs, h0, begin, plan.start, init_row, plan.row, flat_o, starts, 0)
 
-    def walk_pieces(self, plan, inputs, starts, flat_o, final):
-        """Every piece from its row of ``starts``, outputs stored; each sequence's last piece leaves
-        its final state in ``final``."""
-        self.fused(*inputs, starts, plan.starts, plan.end, plan.rows, plan.out_row, flat_o, final, 1)
+    def walk_pieces(self, plan, inputs, states, rows, flat_o, final):
+        """Every piece from its row (``rows``, [P, HV]) of ``states``, outputs stored; each
+        sequence's last piece leaves its final state in ``final``."""
+        self.fused(*inputs, states, plan.starts, plan.end, rows, plan.out_row, flat_o, final, 1)
 
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                  A_log=None, dt_bias=None):
@@ -160,9 +165,12 @@ class PrefillLauncher:
         if self.warm_start is not None:
             plan = plan_for(self.config.piece_chunks, C, HV, B, T, bounds, cu_seqlens_cpu, q.device)
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
+            if not plan.cut:  # every piece a whole sequence: one launch, from the initial state
+                self.walk_pieces(plan, inputs, h0, plan.entry_rows[has_init], flat_o, final)
+                return o, final
             starts = torch.empty((plan.count,) + state_shape[1:], dtype=torch.float32, device=q.device)
             self.warm_up(plan, inputs, h0, has_init, flat_o, starts)
-            self.walk_pieces(plan, inputs, starts, flat_o, final)
+            self.walk_pieces(plan, inputs, starts, plan.rows, flat_o, final)
             return o, final
         if self.fused is not None:
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias, h0)
