@@ -39,7 +39,6 @@ def prefill_jobs() -> list[tuple]:
     wide = call_spec(mode="varlen", dtype=torch.bfloat16, heads=4, value_heads=32, dim=128, batch=len(WIDE_LENGTHS),
                      tokens=sum(WIDE_LENGTHS), device_name=DEVICE_NAME)
     jobs += [(layout_config(layout, wide), wide) for layout in WIDE_LAYOUTS]
-    jobs = [(config, spec) for config, spec in jobs if config is not None]  # layouts a spec cannot take
     for case in PIECE_CASES:  # the pieces test: equal lengths, then packed
         case = dict(case)
         dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))

@@ -102,8 +102,6 @@ FUSED = fused_config(128).model_dump()
 # The fused walk's variants: matrix moves with paired waits, and with three input stages.
 FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
 FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
-# The two state warpgroups taking turns on the tensor cores.
-FUSED_TURNS = fused_config(128, walk_issue="turns").model_dump()
 # Pieces: sequences cut every 16 (32, 64, 128) chunks, each piece walked from its warm-up's state.
 def pieces(width: int, **variant) -> dict:
     return fused_config(128, piece_chunks=width, **variant).model_dump()
@@ -139,14 +137,6 @@ CHECKS = [
          sigmoid=True, init=True, config=fused_config(64, piece_chunks=16).model_dump()),
     Case("bf16 H16/16 K128 B1x9000 vfirst init pieces16 ahead", BF, 16, 16, 128, batch=1, seq_len=9000, v_first=True,
          init=True, config=pieces(16, walk_moves="matrix", walk_issue="paired", stages=3)),
-    Case("bf16 H16/32 K128 varlen mixed init fused turns", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
-         init=True, config=FUSED_TURNS),
-    Case("fp16 H2/4 K128 B3x300 l2+gate+sig fused turns", FP, 2, 4, 128, batch=3, seq_len=300, l2norm=True,
-         gate=True, sigmoid=True, init=True, config=FUSED_TURNS),
-    Case("bf16 H16/16 K128 B1x9000 vfirst init pieces16 turns", BF, 16, 16, 128, batch=1, seq_len=9000,
-         v_first=True, init=True, config=pieces(16, walk_issue="turns")),
-    Case("bf16 H16/32 K128 varlen mixed 12000 pieces16 turns", BF, 16, 32, 128, lens=mixed_lengths(12000, 16, 4),
-         config=pieces(16, walk_issue="turns")),
 ]
 
 BENCH = [
@@ -159,13 +149,12 @@ BENCH = [
 # Besides the default: the walk's variants, each shape's previous default timed last (the spread
 # against its other time, where it is the default too, is the noise band of the comparison).
 AHEAD = dict(walk_moves="matrix", walk_issue="paired", stages=3)
-TURNS = dict(walk_issue="turns")
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [pieces(128, **TURNS), pieces(128), pieces(128, **AHEAD)],
-    "B8 T4096 HV32": [FUSED_TURNS, FUSED],
-    "B4 T8192 HV16": [pieces(64, **TURNS), pieces(64), pieces(64, **AHEAD)],
+    "B1 T32768 HV32": [pieces(128), pieces(64, **AHEAD), pieces(128, **AHEAD)],
+    "B8 T4096 HV32": [],
+    "B4 T8192 HV16": [pieces(64), pieces(32, **AHEAD), pieces(64, **AHEAD)],
     # The default walks the 16 sequences uncut, longest first; FUSED in the order given.
-    "varlen16 T32768 HV32": [FUSED, pieces(128, **TURNS), pieces(32, **TURNS), FUSED, pieces(128)],
+    "varlen16 T32768 HV32": [FUSED, pieces(32), pieces(128)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}
@@ -308,7 +297,7 @@ def run_bench() -> list[str]:
             total = median_ms(lambda: launcher(*args))
             pieces = time_pieces(launcher, x) if launcher.warm_start is not None else None
             if pieces:
-                passes = "pieces: warm-up {:.3f} | pieces {:.3f}".format(*pieces)
+                passes = "pieces: warm starts {:.3f} | walk {:.3f}".format(*pieces)
             elif launcher.warm_start is not None:
                 passes = "uncut pieces, longest first | -"
             elif launcher.fused is not None:
@@ -351,9 +340,9 @@ def time_passes(launcher, case: Case, x: dict) -> tuple[float, float]:
 
 
 def time_pieces(launcher, x: dict) -> Optional[tuple[float, float]]:
-    """A call in pieces, split where its passes meet: the warm-up (its start and its walk), and
-    the walk of the pieces alone (from the warm-up's states, the call's own buffers); None when
-    no piece is cut (one launch)."""
+    """A call in pieces, split where its launches meet: where the warm-ups begin (``warm_start``),
+    and the walk of the pieces with their warm-ups (the call's own buffers); None when no piece is
+    cut (one launch)."""
     from tileops.kernels.gdn.pieces import plan_for
 
     q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
@@ -372,9 +361,9 @@ def time_pieces(launcher, x: dict) -> Optional[tuple[float, float]]:
     h0 = final if x["initial_state"] is None else x["initial_state"]
     has_init = int(x["initial_state"] is not None)
     o = torch.empty(tokens, HV, K, dtype=q.dtype, device=q.device)
-    starts = torch.empty(plan.count, HV, K, K, device=q.device)
-    warm = median_ms(lambda: launcher.warm_up(plan, inputs, h0, has_init, o, starts))
-    walk = median_ms(lambda: launcher.walk_pieces(plan, inputs, starts, plan.rows, o, final))
+    begin, init_row = launcher.warm_starts(plan, inputs, has_init)
+    warm = median_ms(lambda: launcher.warm_starts(plan, inputs, has_init))
+    walk = median_ms(lambda: launcher.walk_pieces(plan, inputs, h0, begin, init_row, o, final))
     return warm, walk
 
 

@@ -44,9 +44,7 @@ def test_the_plan_keeps_each_sequences_last_state_and_repeats_per_value_head():
     # Longest first, ties in sequence order: 200 = 64 + 64 + 64 + 8, then 64.
     assert plan.start.tolist() == [0, 64, 128, 200, 192] and plan.seq.tolist() == [0, 0, 0, 1, 0]
     assert plan.out_row.tolist() == [-1, -1, -1, 1, 0]
-    assert plan.row.tolist() == list(range(5))
     assert plan.starts.shape == (5, 3) and plan.starts[:, 2].tolist() == plan.start.tolist()
-    assert plan.rows[:, 1].tolist() == list(range(5))
     assert plan.entry_rows.shape == (2, 5, 3)
     assert plan.entry_rows[0].eq(-1).all() and plan.entry_rows[1][:, 0].tolist() == plan.seq.tolist()
     assert all(t.dtype == torch.int32 for t in (plan.start, plan.end, plan.first, plan.seq, plan.starts,

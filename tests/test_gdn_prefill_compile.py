@@ -69,8 +69,7 @@ def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sm
 def test_the_tuner_sees_every_layout():
     space = GDNPrefillConfig.choices()
     assert space["state_major"] == ("key", "value") and space["fused"] == (False, True)
-    assert space["walk_moves"] == ("elementwise", "matrix")
-    assert space["walk_issue"] == ("serial", "paired", "turns")
+    assert space["walk_moves"] == ("elementwise", "matrix") and space["walk_issue"] == ("serial", "paired")
     assert space["num_stages"] == (1, 2, 3)
 
 
@@ -101,10 +100,6 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(block_v=32, threads=256, walk_issue="paired"), 128, "key-major chain takes walk_issue='serial'"),
     (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
     (dict(state_major="value", block_v=128, threads=256, num_stages=3, fused=True), 128, "walk_moves='matrix'"),
-    (dict(state_major="value", block_v=64, threads=128, fused=True, walk_issue="turns"), 64, "two state warpgroups"),
-    (dict(state_major="value", block_v=64, threads=128, walk_issue="turns"), 128, "fused kernel's"),
-    (dict(state_major="value", block_v=128, threads=256, fused=True, walk_issue="turns", walk_moves="matrix"), 128,
-     "walk_moves='elementwise'"),
 ])
 def test_config_constraints(config, dim, words):
     kernel = get_kernel("tl.gdn_prefill")
@@ -198,33 +193,6 @@ def test_fused_walk_variants_compile_with_fewer_barriers_and_waits(call, issue):
     assert product_waits(variant) == product_waits(elementwise) - (2 if issue == "paired" else 0)
 
 
-@needs_nvcc
-@pytest.mark.parametrize("pieces", [0, 16])
-def test_fused_walk_in_turns_compiles_with_a_turn_per_round(pieces):
-    from tileops.kernels.gdn.prefill_launch import compile_fused
-    from tileops.kernels.gdn.walk_turns import barrier_in_turn
-
-    call = spec(mode="varlen", batch=16)
-    turns = compile_fused(fused_config(128, walk_issue="turns", piece_chunks=pieces), call).get_kernel_source()
-    paired = compile_fused(fused_config(128, walk_issue="paired", piece_chunks=pieces), call).get_kernel_source()
-    # Three rounds a chunk, each issued in its turn; warpgroup 1 passes once before the walk and
-    # warpgroup 0 takes one turn after it.
-    assert turns.count("tileops_gdn::turn_wait(") == 3 + 1 and turns.count("tileops_gdn::turn_pass(") == 3 + 1
-    assert "bar.sync %0, 256" in turns and "bar.arrive %0, 256" in turns
-    assert "turn_wait" not in paired and not barrier_in_turn(turns)
-    assert product_waits(turns) == product_waits(paired)
-    assert walker_barriers(turns) == walker_barriers(paired)
-
-
-def test_a_barrier_inside_a_turn_is_found():
-    from tileops.kernels.gdn.walk_turns import barrier_in_turn
-
-    turn = "tileops_gdn::turn_wait((x >> 7));\n  {0}\n  wgmma();\n  tileops_gdn::turn_pass((x >> 7));\n"
-    assert not barrier_in_turn(turn.format("") + "tl::__sync_thread_partial(3, 256);\n" + turn.format(""))
-    assert barrier_in_turn(turn.format("") + turn.format("tl::__sync_thread_partial(3, 256);"))
-    assert barrier_in_turn(turn.format("__syncthreads();"))
-
-
 def launch_smem(kernel) -> int:
     """The dynamic shared memory a compiled TileLang kernel launches with: its host code's last
     integer launch argument."""
@@ -265,11 +233,12 @@ def test_pieces_compile_with_their_warm_start():
 
     call = spec(batch=1, tokens=32768)
     config = default(call)
-    assert config.fused and config.piece_chunks == 128 and config.num_stages == 3
+    assert config == fused_config(128, piece_chunks=128)
     launcher = PrefillLauncher(config, call)
     walk, start = launcher.fused.get_kernel_source(), launcher.warm_start.get_kernel_source()
-    # One walk program for the warm-up and the pieces: bounds per (piece, value head) and an output switch.
-    assert "int store_out" in walk and "int pieces" in walk and "wgmma" in walk
-    assert "logf" in start and "int has_init" in start
+    # Each CTA walks its piece's warm-up, then the piece: bounds per (piece, value head), outputs
+    # from the piece's own first token on.
+    assert "__restrict__ start" in walk and "int pieces" in walk and "wgmma" in walk
+    assert "logf" in start and "int has_init" in start and "break;" in start  # stops once the bound is low
     whole = PrefillLauncher(fused_config(128), spec(batch=8))
-    assert whole.warm_start is None and "store_out" not in whole.fused.get_kernel_source()
+    assert whole.warm_start is None and "__restrict__ start" not in whole.fused.get_kernel_source()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -73,33 +71,20 @@ CASES = [
 # "fused-paired" waits for its independent products in pairs, "fused-ahead" does both with three
 # input stages, its first pass up to two chunks ahead; "value-paired" is the two-pass value-major chain
 # with paired waits; "fused-pieces" cuts sequences into pieces of 16 chunks (the 1500-token one here).
-# "fused-turns" and "fused-turns-pieces": the two state warpgroups of a 128-wide state take turns.
 FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
                  "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3),
-                 "fused-pieces": dict(piece_chunks=16), "fused-turns": dict(walk_issue="turns"),
-                 "fused-turns-pieces": dict(walk_issue="turns", piece_chunks=16)}
+                 "fused-pieces": dict(piece_chunks=16)}
 LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 
 
-def layout_config(layout: str, spec: CallSpec) -> Optional[GDNPrefillConfig]:
-    """The config a test runs ``spec`` with in ``layout``; None where the layout cannot serve it
-    (turns need the two state warpgroups of a 128-wide state)."""
+def layout_config(layout: str, spec: CallSpec) -> GDNPrefillConfig:
+    """The config a test runs ``spec`` with in ``layout``."""
     if layout in FUSED_LAYOUTS:
-        if "turns" in layout and spec.dim_v != 128:
-            return None
         return fused_config(spec.dim_v, **FUSED_LAYOUTS[layout])
     value = dict(state_major="value", block_v=64, threads=128, num_stages=2)
     forced = {"key": dict(block_v=32, threads=256, num_stages=1), "value": value,
               "value-paired": dict(value, walk_issue="paired")}.get(layout)
     return default(spec) if forced is None else GDNPrefillConfig(**forced)
-
-
-def served(layout: str, spec: CallSpec) -> GDNPrefillConfig:
-    """``layout_config``, the test skipped where the layout cannot serve ``spec``."""
-    config = layout_config(layout, spec)
-    if config is None:
-        pytest.skip(f"{layout} needs a 128-wide state")
-    return config
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -113,7 +98,7 @@ def test_equal_lengths_two_lengths_one_build(case, init, layout):
     B = 3
     spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=lengths[0], **case)
     assert refuse(spec) is None
-    launch = PrefillLauncher(served(layout, spec), spec)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
     gen = torch.Generator(device="cuda").manual_seed(len(lengths) + init)
     for T in lengths:  # a new length runs on the same compiled kernels
         toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=B, init=init,
@@ -138,7 +123,7 @@ def test_packed_varlen(lengths, layout):
     n, T = len(lengths), sum(lengths)
     spec = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=n, tokens=T,
                      use_qk_l2norm_in_kernel=True)
-    launch = PrefillLauncher(served(layout, spec), spec)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
     gen = torch.Generator(device="cuda").manual_seed(n)
     toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=n, init=True, logits=False, gate=False)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
@@ -148,21 +133,21 @@ def test_packed_varlen(lengths, layout):
 
 
 WIDE_LENGTHS = (5, 64, 0, 1100, 129, 1, 3001, 700)
-WIDE_LAYOUTS = ("default", "fused-turns", "fused-turns-pieces")
+WIDE_LAYOUTS = ("default", "fused", "fused-pieces")
 
 
 @pytest.mark.parametrize("layout", WIDE_LAYOUTS)
 def test_packed_wide_state_longest_first(layout):
-    # A 128-wide state: the default walks these uncut, longest first; pieces of 16 cut the 3001 and
-    # 1100-token sequences, and their pieces run longest first too.
+    # A 128-wide state: the default walks these uncut, longest first, and "fused" in their order;
+    # pieces of 16 cut the 3001 and 1100-token sequences, and their pieces run longest first too.
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
     lengths = WIDE_LENGTHS
     H, HV, D, dtype = 4, 32, 128, torch.bfloat16  # 256 walks: the default fuses
     n, T = len(lengths), sum(lengths)
     spec = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=n, tokens=T)
-    config = served(layout, spec)
-    assert config.fused and bool(config.piece_chunks) == (layout != "fused-turns")
+    config = layout_config(layout, spec)
+    assert config.fused and bool(config.piece_chunks) == (layout != "fused")
     launch = PrefillLauncher(config, spec)
     gen = torch.Generator(device="cuda").manual_seed(11)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")

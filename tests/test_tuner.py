@@ -212,3 +212,16 @@ def test_compile_only_needs_a_gpu_arch():
 
     with pytest.raises(ValueError, match="--compile-only needs a GPU architecture"):
         tune(["gdn"], "cpu", [], None, None, 1, 1.0, None, None, lambda label, n: (lambda: None), compile_only=True)
+
+
+def test_a_preset_row_keeps_the_presets_lengths():
+    from tuner.presets import PRESETS, cases_for
+
+    packed, b4 = cases_for("gdn", "sm90", ["qwen3-next:varlen16xT32768xH16xHV32", "qwen3-next:B4xT8192xH16xHV16"],
+                           None, None)
+    assert packed in PRESETS["qwen3-next"]["gdn"] and len(set(packed.seqlens)) > 1  # mixed, not 16 x 2048
+    assert (b4.batch, b4.tokens, b4.value_heads) == (4, 8192, 16)
+    with pytest.raises(ValueError, match="no gdn row 'B3xT8192xH16xHV16'"):
+        cases_for("gdn", "sm90", ["qwen3-next:B3xT8192xH16xHV16"], None, None)
+    with pytest.raises(ValueError, match="no preset 'qwen9'"):
+        cases_for("gdn", "sm90", ["qwen9:B4xT8192xH16xHV16"], None, None)

@@ -50,14 +50,34 @@ def explicit_case(op: str, text: str, dim: int, dtype: str) -> Case:
     return Case(op, int(m["b"]), int(m["t"]), h, hv, dim, dtype)
 
 
+def preset_row(op: str, text: str) -> Case:
+    """The row of a preset named as ``preset:shape`` (``qwen3-next:varlen16xT32768xH16xHV32``): the
+    preset's own case, with its sequence lengths, where an explicit shape would make equal ones."""
+    preset, _, shape = text.partition(":")
+    if preset not in PRESETS:
+        raise ValueError(f"{text!r}: no preset {preset!r} (presets: {', '.join(PRESETS)})")
+    wanted = explicit_case(op, shape, 0, "")
+    for case in PRESETS[preset].get(op, ()):
+        sequences = len(case.seqlens) if case.seqlens else case.batch
+        if ((bool(case.seqlens), sequences, case.tokens, case.heads, case.value_heads) ==
+                (bool(wanted.seqlens), len(wanted.seqlens or ()) or wanted.batch, wanted.tokens, wanted.heads,
+                 wanted.value_heads)):
+            return case
+    rows = ", ".join(c.label for c in PRESETS[preset].get(op, ()))
+    raise ValueError(f"{text!r}: preset {preset!r} has no {op} row {shape!r} (its rows: {rows})")
+
+
 def cases_for(op: str, arch: str, shapes: list[str], dim: int | None, dtype: str | None) -> list[Case]:
-    """The cases of one op for the given preset names or explicit shapes (defaults per arch)."""
+    """The cases of one op for the given preset names, preset rows (``preset:shape``) or explicit
+    shapes (defaults per arch)."""
     names = shapes or [DEFAULT_PRESET.get(arch, "qwen3-next" if op == "gdn" else "kimi-linear")]
     out: list[Case] = []
     for name in names:
         if name in PRESETS:
             for case in PRESETS[name].get(op, ()):
                 out.append(_override(case, dim, dtype))
+        elif ":" in name:
+            out.append(_override(preset_row(op, name), dim, dtype))
         else:
             out.append(explicit_case(op, name, dim or (32 if arch == "cpu" else 128),
                                      dtype or ("float32" if arch == "cpu" else "bfloat16")))

@@ -14,9 +14,8 @@ sequence masked):
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader, state_io
-from tileops.kernels.gdn.prefill import ROW_PAD, WARPGROUP
+from tileops.kernels.gdn.prefill import ROW_PAD
 from tileops.kernels.gdn.walk_moves import matrix_moves
-from tileops.kernels.gdn.walk_turns import pass_turn, take_turn
 
 WARPGROUP_ROWS = 64  # value rows one warpgroup's wgmma covers
 ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in every product
@@ -38,9 +37,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
 
     ``issue`` says how the five products wait: ``"serial"`` each for itself, ``"paired"`` the two
     independent pairs (Sᵀ Kᵀ with Sᵀ Qᵀ, Δᵀ M with the state update) issued together with one
-    wait each, so a chunk waits on the tensor cores three times instead of five; ``"turns"``
-    pairs them too, and the two warpgroups of a 128-row walk take turns issuing each round
-    (``walk_turns``: threads 0-255 of the CTA; its ``SOURCE`` goes in the prelude).
+    wait each, so a chunk waits on the tensor cores three times instead of five.
 
     The chunk's tiles are stage ``s`` of ``q_s``, ``k_s`` and ``v_s`` and stage ``so`` of ``tp_s``,
     ``m_s`` and ``f_s`` (a tensor-core product takes a tile's part only along a leading
@@ -50,21 +47,15 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
     matrix = moves == "matrix"
-    turns = issue == "turns"
-    paired = issue == "paired" or turns
+    paired = issue == "paired"
     x_operand, output_rows = matrix_moves(dtype)
 
     @T.macro
     def two_products(a1, b1, c1, a2, b2, c2, clear: bool, transpose1: bool, transpose2: bool):
-        """c1 (+)= a1 b1 and c2 (+)= a2 b2 (b transposed as asked): one wait for both when paired,
-        issued in this warpgroup's turn with turns."""
+        """c1 (+)= a1 b1 and c2 (+)= a2 b2 (b transposed as asked): one wait for both when paired."""
         if paired:
-            if turns:
-                take_turn(T.get_thread_binding() // WARPGROUP)
             T.wgmma_gemm(a1, b1, c1, transpose_B=transpose1, clear_accum=clear, policy=ROWS)
             T.wgmma_gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
-            if turns:
-                pass_turn(T.get_thread_binding() // WARPGROUP)
             T.wait_wgmma(0)
             # Each thread holds half a row of an accumulator per 64 value rows: fence its registers
             # so that no read of them is moved above the wait.
@@ -73,18 +64,6 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         else:
             T.gemm(a1, b1, c1, transpose_B=transpose1, clear_accum=clear, policy=ROWS)
             T.gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
-
-    @T.macro
-    def one_product(a, b, c):
-        """c = a bᵀ, issued in this warpgroup's turn with turns."""
-        if turns:
-            take_turn(T.get_thread_binding() // WARPGROUP)
-            T.wgmma_gemm(a, b, c, transpose_B=True, clear_accum=True, policy=ROWS)
-            pass_turn(T.get_thread_binding() // WARPGROUP)
-            T.wait_wgmma(0)
-            T.warpgroup_fence_operand(c, num_regs=c.shape[1] // 2)
-        else:
-            T.gemm(a, b, c, transpose_B=True, clear_accum=True, policy=ROWS)
 
     @T.macro
     def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f):
@@ -101,7 +80,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         else:
             for i, j in T.Parallel(BV, C):
                 x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], 0.0)
-        one_product(x_a, tp_s[so, :, :], d_f)
+        T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
         for i, j in T.Parallel(BV, C):
             d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
             dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[so, 2, j], 0.0)

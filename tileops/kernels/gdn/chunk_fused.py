@@ -31,8 +31,6 @@ from tileops.kernels.gdn.chunk_chain_value_major import walk_step
 from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, upper_clear, wy_solve
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
 from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
-from tileops.kernels.gdn.walk_turns import SOURCE as TURNS_SOURCE
-from tileops.kernels.gdn.walk_turns import pass_turn, take_turn
 from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
@@ -51,13 +49,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
     ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
-    the V tile). ``walk_issue='turns'`` (V = 128): the two state warpgroups take turns issuing
-    each round of products (``walk_turns``).
+    the V tile).
 
     ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
     (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
-    of ``h0`` (zeros where it is −1), stores its outputs only when ``store_out`` is not 0 and its
-    last state in row ``out_row[p]`` of ``ht`` unless that is −1.
+    of ``h0`` (zeros where it is −1), stores the outputs of the chunks from token ``start[p]`` on
+    (those before are the piece's warm-up) and its last state in row ``out_row[p]`` of ``ht``
+    unless that is −1.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
     assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
@@ -74,9 +72,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
     step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
                                    issue=walk_issue)
-    turns = walk_issue == "turns"
-    assert not turns or V // 64 == 2, "turns are taken by two state warpgroups"
-    prelude = SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "") + (TURNS_SOURCE if turns else "")
+    prelude = SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
@@ -146,16 +142,16 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             f_s[so, 3, row] = T.exp(last)
 
     @T.macro
-    def emit_output(o_f, tile, s, o, t0, hv, hi, store_out):
-        """The chunk's outputs out through ``tile`` (stage s of it); a piece's warm-up walk skips it."""
+    def emit_output(o_f, tile, s, o, t0, hv, hi, store_from):
+        """The chunk's outputs out through ``tile`` (stage s of it); a piece's warm-up skips them."""
         if pieces:
-            if store_out != 0:
+            if t0 >= store_from:
                 store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
         else:
             store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
 
     @T.macro
-    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_out):
+    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from):
         h = hv // group
         q_s = T.alloc_shared([S, C, K], dtype)
         k_s = T.alloc_shared([S, C, K], dtype)
@@ -181,9 +177,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             for c in T.serial(T.min(windows, S)):
                 load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             load_state(h0, s_f, init_row, hv, 0, has_init)
-            if turns:
-                if tx >= WARPGROUP:
-                    pass_turn(1)  # warpgroup 0 issues first
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
@@ -193,14 +186,11 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
                 if ahead:
                     T.barrier_arrive(consumed[so])
-                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_out)  # through this chunk's V tile, before its refill
+                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)  # through this chunk's V tile, before its refill
                 if c + S < windows:
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
                 if not ahead:
-                    emit_output(o_f, o_s, 0, o, t0, hv, hi, store_out)
-            if turns:
-                if tx < WARPGROUP:
-                    take_turn(0)  # the turn warpgroup 1 passed last, so none is left when the CTA ends
+                    emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
                     store_state(ht, s_f, out_row, hv, 0)
@@ -240,16 +230,16 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             h0: T.Tensor(in_shape, accum),
             begin: T.Tensor([count, HV], "int32"),
             end: T.Tensor([count], "int32"),
+            start: T.Tensor([count], "int32"),
             init_row: T.Tensor([count, HV], "int32"),
             out_row: T.Tensor([count], "int32"),
             o: T.Tensor([tokens, HV, V], dtype),
             ht: T.Tensor(out_shape, accum),
-            store_out: T.int32,
         ):
             with T.Kernel(HV, count, threads=threads, prelude=prelude) as (hv, p):
                 # init_row + 1 is 0 exactly when the piece starts from zeros (row −1)
                 run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, begin[p, hv], end[p],
-                    T.max(init_row[p, hv], 0), init_row[p, hv] + 1, out_row[p], store_out)
+                    T.max(init_row[p, hv], 0), init_row[p, hv] + 1, out_row[p], start[p])
     elif varlen:
         @T.prim_func
         def fused(

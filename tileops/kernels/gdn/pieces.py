@@ -1,8 +1,9 @@
 """Splitting sequences into pieces that CTAs walk side by side, and the device tables that say so.
 
 One CTA walks one (piece, value head). A sequence of more than ``piece_chunks`` chunks is cut
-every ``piece_chunks`` chunks from its start, so that few long sequences still fill the SMs; a
-piece after the first begins from the state its warm-up walk computes (``warm_start``). The
+every ``piece_chunks`` chunks from its start, so that few long sequences still fill the SMs; the
+CTA of a piece after the first walks a few chunks before it first, outputs off (its warm-up, as
+far back as ``warm_start`` says), to reach the state at its first token. The
 tables depend only on the lengths, so they are built once per lengths and copied to the device
 from pinned memory without a host sync. Known lengths also order the pieces longest first: the
 GPU starts CTAs in grid order as SMs free up, so a long walk started last would set the call's
@@ -22,10 +23,10 @@ import torch
 class PiecePlan:
     """Per piece: ``start`` (first token), ``end`` (one past its last), ``first`` (its sequence's
     first token), ``seq`` (its sequence) and ``out_row`` (the sequence for its last piece, whose
-    state is the sequence's final state, else −1); ``row`` is ``arange(P)``. ``starts`` and
-    ``rows`` are ``start`` and ``row`` repeated for every value head ([P, HV]), what the walk of
-    the pieces reads per CTA. ``entry_rows`` [2, P, HV]: where a walk of uncut pieces takes each
-    piece's initial state, −1 (zeros) in ``[0]``, its sequence's row of the initial state in ``[1]``.
+    state is the sequence's final state, else −1). ``starts``: ``start`` repeated for every value
+    head ([P, HV]), where the walk of uncut pieces begins per CTA, and ``entry_rows`` [2, P, HV]
+    where it takes each piece's initial state: −1 (zeros) in ``[0]``, its sequence's row of the
+    initial state in ``[1]``.
     On the device, int32. ``cut``: some piece starts after its sequence's first token (it needs a
     warm-up). ``pinned``: the host tables they were copied from, kept so that a CUDA graph that
     captured the copies replays them from live memory."""
@@ -35,9 +36,7 @@ class PiecePlan:
     first: torch.Tensor
     seq: torch.Tensor
     out_row: torch.Tensor
-    row: torch.Tensor
     starts: torch.Tensor
-    rows: torch.Tensor
     entry_rows: torch.Tensor
     cut: bool
     pinned: tuple = ()
@@ -81,13 +80,11 @@ def host_plan(lengths: tuple[int, ...], piece_chunks: int, chunk: int, value_hea
     last = [i + 1 == len(bounds) or bounds[i + 1][3] != b[3] for i, b in enumerate(bounds)]
     order = sorted(range(len(bounds)), key=lambda i: bounds[i][0] - bounds[i][1])
     pieces = [(*bounds[i], bounds[i][3] if last[i] else -1) for i in order]
-    table = torch.tensor([[p[0] for p in pieces], [p[1] for p in pieces], [p[2] for p in pieces],
-                          [p[3] for p in pieces], [p[4] for p in pieces], list(range(len(pieces)))],
-                         dtype=torch.int32)
-    wide = torch.stack([table[0], table[5], torch.full_like(table[3], -1), table[3]])
-    wide = wide.unsqueeze(2).expand(4, len(pieces), value_heads).contiguous()
+    table = torch.tensor([[p[i] for p in pieces] for i in range(5)], dtype=torch.int32)
+    wide = torch.stack([table[0], torch.full_like(table[3], -1), table[3]])
+    wide = wide.unsqueeze(2).expand(3, len(pieces), value_heads).contiguous()
     (narrow, narrow_host), (broad, broad_host) = to_device(table, device), to_device(wide, device)
-    return PiecePlan(*narrow.unbind(0), broad[0], broad[1], broad[2:], any(p[0] != p[2] for p in pieces),
+    return PiecePlan(*narrow.unbind(0), broad[0], broad[1:], any(p[0] != p[2] for p in pieces),
                      pinned=(narrow_host, broad_host))
 
 
@@ -95,9 +92,9 @@ def whole_plan(bounds: torch.Tensor, value_heads: int) -> PiecePlan:
     """The plan of packed sequences whose int32 offsets ``bounds`` stay on the device: one piece
     each, in their order."""
     row = torch.arange(bounds.shape[0] - 1, dtype=torch.int32, device=bounds.device)
-    wide = torch.stack([bounds[:-1], row, torch.full_like(row, -1), row])
-    wide = wide.unsqueeze(2).expand(4, row.shape[0], value_heads).contiguous()
-    return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, row, wide[0], wide[1], wide[2:], False)
+    wide = torch.stack([bounds[:-1], torch.full_like(row, -1), row])
+    wide = wide.unsqueeze(2).expand(3, row.shape[0], value_heads).contiguous()
+    return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, wide[0], wide[1:], False)
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,

@@ -11,9 +11,9 @@
 ``fused`` (``chunk_fused``) runs both in one warp-specialised kernel per (sequence, value head):
 the value-major walk over the whole state, and one more warpgroup that forms the next chunk's
 T', M and decays in shared memory meanwhile, so that neither goes through global memory. With
-``piece_chunks`` it walks pieces of the sequences instead (``pieces``), each from the state a
-short warm-up walk computes where the decays allow (``warm_start``), so that few long sequences
-still fill the SMs.
+``piece_chunks`` it walks pieces of the sequences instead (``pieces``), each after a short
+warm-up walk of the chunks before it where the decays allow (``warm_start``), so that few long
+sequences still fill the SMs.
 
 Registers the kernel: its config space (chunk length; the chain's layout, V tile, threads,
 pipeline depth and CTAs per SM), the reasons it turns a call down, its default and ``build``.
@@ -59,10 +59,9 @@ class GDNPrefillConfig(KernelConfig):
     ``walk_issue``: how the fused walk moves Vᵀ into registers and Oᵀ out, element by element
     or by transposing 8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
-    fused kernel and the value-major chain), or in pairs with the fused kernel's two state
-    warpgroups taking turns on the tensor cores (``"turns"``, V = 128). ``piece_chunks`` (fused only): cut sequences longer
-    than that many chunks into pieces walked side by side, each from the state a short warm-up
-    walk computes (``pieces``, ``warm_start``); 0 walks every sequence whole."""
+    fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
+    than that many chunks into pieces walked side by side, each after a short warm-up walk of
+    the chunks before it (``pieces``, ``warm_start``); 0 walks every sequence whole."""
 
     chunk_size: Literal[64] = 64
     state_major: Literal["key", "value"] = "key"
@@ -72,7 +71,7 @@ class GDNPrefillConfig(KernelConfig):
     min_blocks: Literal[1, 2] = 1
     fused: Literal[False, True] = False
     walk_moves: Literal["elementwise", "matrix"] = "elementwise"
-    walk_issue: Literal["serial", "paired", "turns"] = "serial"
+    walk_issue: Literal["serial", "paired"] = "serial"
     piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
     @model_validator(mode="after")
@@ -123,12 +122,6 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
     if config.num_stages > FUSED_STAGES and config.walk_moves != "matrix":
         return ("three input stages fit only with walk_moves='matrix', whose output goes out through the "
                 "chunk's V tile instead of a tile of its own")
-    if config.walk_issue == "turns" and dim_v != 128:
-        return (f"walk_issue='turns' is taken by the two state warpgroups of a 128-wide state; V={dim_v} has one "
-                f"(use 'serial' or 'paired')")
-    if config.walk_issue == "turns" and config.walk_moves != "elementwise":
-        return ("walk_issue='turns' takes walk_moves='elementwise': with the matrix moves TileLang puts a barrier "
-                "of both state warpgroups inside a turn, where one waits for the other")
     smem = fused_smem_bytes(dim_k, elem, config.num_stages)
     if smem > SMEM_BYTES:
         return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
@@ -188,9 +181,6 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.walk_moves != "elementwise":
         return (f"walk_moves={config.walk_moves!r} serves the fused kernel only (the two-pass chain's software "
                 f"pipeline orders its tiles by what it sees TileLang load); use walk_moves='elementwise'")
-    if config.walk_issue == "turns":
-        return ("walk_issue='turns' is the fused kernel's (its two state warpgroups take turns); the two-pass "
-                "chain takes 'serial' or 'paired'")
     if config.walk_issue != "serial" and config.state_major != "value":
         return (f"walk_issue={config.walk_issue!r} pairs the value-major walk's products; the key-major chain "
                 f"takes walk_issue='serial'")
@@ -244,25 +234,22 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     loses B1×T32768 HV32 (64 tiles: 1.115 against 1.074 key-major with 32-wide tiles); 128-wide
     tiles lost to 64 on every shape, 16-wide to 32.
 
-    Pieces (2026-12-01, same script, two calls): B1×T32768 HV32 in pieces of 128 chunks runs in
-    0.75–0.78 ms against 1.32 for the tuned two-pass key-major chain (64 chunks: 0.82, 32: 0.92),
-    B4×T8192 HV16 in pieces of 64 in 0.39–0.44 against 0.48 (32: 0.42–0.49); with the walk ahead,
-    0.72–0.75 and 0.38–0.43, 3–4% faster in both calls (whole sequences lose with it: B8 0.79
-    against 0.62). Cutting B8×T4096 HV32 (0.88 against 0.62) or the 16 mixed sequences (0.92
-    against 0.73), which fill the SMs whole, loses. Packed calls take pieces of 128 chunks even when
-    no sequence is that long: uncut pieces are one launch, and with host offsets they run longest
-    first (``pieces``).
+    Pieces (2026-12-01, same script): B1×T32768 HV32 in pieces of 128 chunks, each CTA walking its
+    piece's warm-up first, runs in 0.69 ms against 1.32 for the tuned two-pass key-major chain and
+    0.73 with the walk ahead (matrix moves, paired waits, three input stages; pieces of 64: 0.76),
+    B4×T8192 HV16 in pieces of 64 in 0.36 against 0.48 (ahead 0.38, pieces of 32: 0.40). Cutting
+    B8×T4096 HV32 (0.88 against 0.62) or the 16 mixed sequences (0.70 against 0.65), which fill
+    the SMs whole, loses. Packed calls take pieces of 128 chunks even when no sequence is that
+    long: uncut pieces are one launch, and with host offsets they run longest first (``pieces``):
+    the 16 mixed sequences in 0.65 ms against 0.73 in their own order.
     """
     walks = spec.batch * spec.value_heads
     per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
     width = piece_width(walks, -(-per_sequence // FUSED_CHUNK))
     if spec.dim_v == 128 and (walks >= SMS or width):
-        # Pieces walk with the first pass up to two chunks ahead (matrix moves, paired waits, three
-        # input stages); whole sequences with the plain walk.
-        ahead = dict(walk_moves="matrix", walk_issue="paired", stages=3) if width else {}
         # Packed calls walk in pieces even when none is cut: with host offsets, longest first.
         pieces = width or (PIECE_WIDTHS[-1] if spec.mode == "varlen" else 0)
-        config = fused_config(spec.dim_v, piece_chunks=pieces, **ahead)
+        config = fused_config(spec.dim_v, piece_chunks=pieces)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)
@@ -302,5 +289,5 @@ KERNEL = register(KernelDef(
              "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
              "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
              "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.wy_merge", "tileops.kernels.gdn.walk_moves",
-             "tileops.kernels.gdn.walk_turns", "tileops.kernels.gdn.pieces", "tileops.kernels.gdn.warm_start"),
+             "tileops.kernels.gdn.pieces", "tileops.kernels.gdn.warm_start"),
 ))

@@ -22,7 +22,6 @@ from tileops.kernels.gdn.chunk_fused import fused_program
 from tileops.kernels.gdn.chunk_prep import prep_program
 from tileops.kernels.gdn.pieces import plan_for
 from tileops.kernels.gdn.prefill import GDNPrefillConfig
-from tileops.kernels.gdn.walk_turns import barrier_in_turn
 from tileops.kernels.gdn.warm_start import warm_start_program
 
 # The software pipeline of the chain keeps its loads in the compute warps: the automatic
@@ -69,11 +68,7 @@ def compile_fused(config: GDNPrefillConfig, spec: CallSpec):
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
                             pieces=bool(config.piece_chunks), **first_pass_flags(spec))
-    kernel = tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
-    if config.walk_issue == "turns" and barrier_in_turn(kernel.get_kernel_source()):
-        raise ValueError(f"{config.to_json()} does not build for {spec.program_facts}: TileLang put a barrier of "
-                         f"both state warpgroups inside a turn, where they would wait for each other")
-    return kernel
+    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
 def compile_warm_start(config: GDNPrefillConfig, spec: CallSpec):
@@ -121,21 +116,22 @@ class PrefillLauncher:
             self._no_gate = torch.zeros(self.spec.value_heads, dtype=torch.float32, device=device)
         return self._no_gate
 
-    def warm_up(self, plan, inputs, h0, has_init, flat_o, starts):
-        """Where each piece's warm-up begins (as far back as the bound asks), then the warm-ups,
-        outputs off: the state each reaches lands in its piece's row of ``starts``. ``inputs``: the
-        flattened q, k, v, g, β, A_log and dt_bias the fused kernel reads."""
+    def warm_starts(self, plan, inputs, has_init):
+        """Where each piece's warm-up begins (as far back as the bound asks) and the row of the
+        initial state it begins from (−1: zeros), both [P, HV]. ``inputs``: the flattened q, k, v,
+        g, β, A_log and dt_bias the fused kernel reads."""
         _, flat_k, _, flat_g, flat_beta, a_log, bias = inputs
         begin = torch.empty(plan.count, flat_g.shape[1], dtype=torch.int32, device=flat_g.device)
         init_row = torch.empty_like(begin)
         self.warm_start(flat_k, flat_g, flat_beta, a_log, bias, plan.start, plan.first, plan.seq, has_init,
                         begin, init_row)
-        self.fused(*inputs, h0, begin, plan.start, init_row, plan.row, flat_o, starts, 0)
+        return begin, init_row
 
-    def walk_pieces(self, plan, inputs, states, rows, flat_o, final):
-        """Every piece from its row (``rows``, [P, HV]) of ``states``, outputs stored; each
-        sequence's last piece leaves its final state in ``final``."""
-        self.fused(*inputs, states, plan.starts, plan.end, rows, plan.out_row, flat_o, final, 1)
+    def walk_pieces(self, plan, inputs, h0, begin, init_row, flat_o, final):
+        """Every piece from token ``begin`` and row ``init_row`` of ``h0`` (both [P, HV]), its
+        outputs stored from its own start on; each sequence's last piece leaves its final state in
+        ``final``."""
+        self.fused(*inputs, h0, begin, plan.end, plan.start, init_row, plan.out_row, flat_o, final)
 
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                  A_log=None, dt_bias=None):
@@ -165,12 +161,11 @@ class PrefillLauncher:
         if self.warm_start is not None:
             plan = plan_for(self.config.piece_chunks, C, HV, B, T, bounds, cu_seqlens_cpu, q.device)
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
-            if not plan.cut:  # every piece a whole sequence: one launch, from the initial state
-                self.walk_pieces(plan, inputs, h0, plan.entry_rows[has_init], flat_o, final)
-                return o, final
-            starts = torch.empty((plan.count,) + state_shape[1:], dtype=torch.float32, device=q.device)
-            self.warm_up(plan, inputs, h0, has_init, flat_o, starts)
-            self.walk_pieces(plan, inputs, starts, plan.rows, flat_o, final)
+            if plan.cut:
+                begin, init_row = self.warm_starts(plan, inputs, has_init)
+            else:  # every piece a whole sequence: one launch, from the initial state
+                begin, init_row = plan.starts, plan.entry_rows[has_init]
+            self.walk_pieces(plan, inputs, h0, begin, init_row, flat_o, final)
             return o, final
         if self.fused is not None:
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias, h0)

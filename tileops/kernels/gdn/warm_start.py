@@ -62,34 +62,31 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
             a_s = T.alloc_shared([C], accum)
             bound = T.alloc_var(accum)
             used = T.alloc_var("int32")
-            going = T.alloc_var("int32")
             total = T.alloc_var(accum)
             bound = 0.0
             used = 0
-            going = 1
             for c in T.serial((start[p] - first[p]) // C):
-                if going != 0:  # the same on every thread: all sum the same shared values in order
-                    t0 = start[p] - (c + 1) * C  # a whole chunk of the sequence: pieces start on chunk bounds
-                    if tx < C:
-                        transform(g[t0 + tx, hv], beta[t0 + tx, hv], a_log, dt_bias, hv, g_s, b_s, tx)
-                    if l2norm:
-                        for i in T.Parallel(C):  # the kernel's keys have norm at most one
-                            a_s[i] = g_s[i] + T.max(T.log(T.abs(1.0 - b_s[i])), 0.0)
-                    else:
-                        T.copy(k[t0:t0 + C, hv // group, :], k_s)
-                        T.copy(k_s, sq_f)
-                        for i, j in T.Parallel(C, K):
-                            sq_f[i, j] = sq_f[i, j] * sq_f[i, j]
-                        T.reduce_sum(sq_f, ss_f, dim=1)
-                        for i in T.Parallel(C):
-                            a_s[i] = g_s[i] + T.max(T.log(T.abs(1.0 - b_s[i] * ss_f[i])), 0.0)
-                    total = 0.0
-                    for j in T.serial(C):
-                        total = total + a_s[j]
-                    bound = bound + total
-                    used = used + 1
-                    if bound < FORGOTTEN:
-                        going = 0
+                t0 = start[p] - (c + 1) * C  # a whole chunk of the sequence: pieces start on chunk bounds
+                if tx < C:
+                    transform(g[t0 + tx, hv], beta[t0 + tx, hv], a_log, dt_bias, hv, g_s, b_s, tx)
+                if l2norm:
+                    for i in T.Parallel(C):  # the kernel's keys have norm at most one
+                        a_s[i] = g_s[i] + T.max(T.log(T.abs(1.0 - b_s[i])), 0.0)
+                else:
+                    T.copy(k[t0:t0 + C, hv // group, :], k_s)
+                    T.copy(k_s, sq_f)
+                    for i, j in T.Parallel(C, K):
+                        sq_f[i, j] = sq_f[i, j] * sq_f[i, j]
+                    T.reduce_sum(sq_f, ss_f, dim=1)
+                    for i in T.Parallel(C):
+                        a_s[i] = g_s[i] + T.max(T.log(T.abs(1.0 - b_s[i] * ss_f[i])), 0.0)
+                total = 0.0
+                for j in T.serial(C):
+                    total = total + a_s[j]
+                bound = bound + total
+                used = used + 1
+                if bound < FORGOTTEN:  # the same on every thread: all sum the same shared values in order
+                    T.loop_break()
             if tx == 0:
                 begin[p, hv] = start[p] - used * C
                 init_row[p, hv] = T.if_then_else((start[p] - used * C == first[p]) & (has_init != 0), seq[p], -1)
