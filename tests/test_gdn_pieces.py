@@ -69,6 +69,9 @@ def test_packed_offsets_on_the_device_only_walk_sequences_whole():
     assert whole.start.tolist() == [0, 5, 300, 300] and whole.end.tolist() == [5, 300, 300, 1000]
     assert whole.out_row.tolist() == [0, 1, 2, 3] and whole.starts.shape == (4, 2) and not whole.cut
     assert whole.entry_rows[0].eq(-1).all() and whole.entry_rows[1][:, 1].tolist() == [0, 1, 2, 3]
+    assert whole.starts[:, 1].tolist() == [0, 5, 300, 300]
+    again = plan_for(16, 64, 2, 1, 2000, cu * 2, None, CPU)  # other offsets, same count: the rows are reused
+    assert again.entry_rows is whole.entry_rows and again.starts[:, 0].tolist() == [0, 10, 600, 600]
     cut = plan_for(1, 64, 2, 1, 1000, cu, cu, CPU)
     assert cut.count == 1 + 5 + 1 + 11
 

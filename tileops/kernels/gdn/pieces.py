@@ -88,13 +88,22 @@ def host_plan(lengths: tuple[int, ...], piece_chunks: int, chunk: int, value_hea
                      pinned=(narrow_host, broad_host))
 
 
+@functools.lru_cache(maxsize=64)
+def sequence_rows(count: int, value_heads: int, device: torch.device) -> tuple:
+    """``arange(count)`` and the ``entry_rows`` of ``count`` whole sequences, on ``device``, with
+    the host tables they came from: they depend on the count alone."""
+    row = torch.arange(count, dtype=torch.int32)
+    wide = torch.stack([torch.full_like(row, -1), row]).unsqueeze(2).expand(2, count, value_heads).contiguous()
+    (narrow, narrow_host), (broad, broad_host) = to_device(row, device), to_device(wide, device)
+    return narrow, broad, (narrow_host, broad_host)
+
+
 def whole_plan(bounds: torch.Tensor, value_heads: int) -> PiecePlan:
     """The plan of packed sequences whose int32 offsets ``bounds`` stay on the device: one piece
-    each, in their order."""
-    row = torch.arange(bounds.shape[0] - 1, dtype=torch.int32, device=bounds.device)
-    wide = torch.stack([bounds[:-1], torch.full_like(row, -1), row])
-    wide = wide.unsqueeze(2).expand(3, row.shape[0], value_heads).contiguous()
-    return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, wide[0], wide[1:], False)
+    each, in their order. One copy a call (the starts per value head); the rest is cached."""
+    row, entry_rows, pinned = sequence_rows(bounds.shape[0] - 1, value_heads, bounds.device)
+    starts = bounds[:-1].unsqueeze(1).expand(row.shape[0], value_heads).contiguous()
+    return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, starts, entry_rows, False, pinned)
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,
