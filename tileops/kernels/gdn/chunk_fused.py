@@ -143,7 +143,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
 
     @T.macro
     def emit_output(o_f, tile, s, o, t0, hv, hi, store_from):
-        """The chunk's outputs out through ``tile`` (stage s of it); a piece's warm-up skips them."""
+        """The chunk's outputs out through ``tile`` (stage s of it), for chunks from token
+        ``store_from`` on: a piece's warm-up skips them (a whole sequence stores from its start)."""
         if pieces:
             if t0 >= store_from:
                 store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
@@ -257,7 +258,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             has_init: T.int32,
         ):
             with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, cu_seqlens[n], cu_seqlens[n + 1], n, has_init, n, 1)
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, cu_seqlens[n], cu_seqlens[n + 1], n, has_init, n,
+                    cu_seqlens[n])
     else:
         @T.prim_func
         def fused(
@@ -275,6 +277,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             has_init: T.int32,
         ):
             with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, n * seq_len, (n + 1) * seq_len, n, has_init, n, 1)
+                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, n * seq_len, (n + 1) * seq_len, n, has_init, n,
+                    n * seq_len)
 
     return fused

@@ -26,10 +26,9 @@ class PiecePlan:
     state is the sequence's final state, else −1). ``starts``: ``start`` repeated for every value
     head ([P, HV]), where the walk of uncut pieces begins per CTA, and ``entry_rows`` [2, P, HV]
     where it takes each piece's initial state: −1 (zeros) in ``[0]``, its sequence's row of the
-    initial state in ``[1]``.
-    On the device, int32. ``cut``: some piece starts after its sequence's first token (it needs a
-    warm-up). ``pinned``: the host tables they were copied from, kept so that a CUDA graph that
-    captured the copies replays them from live memory."""
+    initial state in ``[1]``. On the device, int32. ``cut``: some piece starts after its
+    sequence's first token (it needs a warm-up). ``pinned``: the host tables they were copied
+    from, kept so that a CUDA graph that captured the copies replays them from live memory."""
 
     start: torch.Tensor
     end: torch.Tensor
