@@ -157,7 +157,10 @@ def test_fused_kernel_compiles_warp_specialised():
     assert "warpgroup_reg_alloc<192>" in source and "warpgroup_reg_dealloc<120>" in source
     assert "mbarrier_cp_async_arrive_noinc" in source and "wgmma_rs" in source
     assert "int seq_len" in source and "int tokens" in source
-    assert "tileops_gdn::wy_merge_bf16(" in source and "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in source
+    # The first pass works on its accumulators: decays and masks, then the inverse on mma.sync in
+    # fp16, with no fp32 tile of A in shared memory.
+    assert "tileops_gdn::chunk_pairs<true>(" in source and "tileops_gdn::chunk_inverse(" in source
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16" in source and "wy_merge" not in source.split("}  // namespace")[-1]
 
 
 def walker_barriers(source: str) -> int:
@@ -186,7 +189,7 @@ def test_fused_walk_variants_compile_with_fewer_barriers_and_waits(call, issue):
     # Vᵀ comes in and Oᵀ goes out by transposing 8 x 8 matrix moves, in the call's dtype.
     assert f"tileops_gdn::x_operand<{half}>(" in variant and f"tileops_gdn::output_rows<{half}>(" in variant
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" in variant and "stmatrix.sync.aligned.m8n8.x4.trans" in variant
-    assert "ldmatrix" not in elementwise
+    assert "tileops_gdn::x_operand" not in elementwise and "tileops_gdn::output_rows" not in elementwise
     # Each warp stores the output columns it wrote, so the walk's warps meet less often.
     assert walker_barriers(variant) < walker_barriers(elementwise)
     # Paired, the walk waits three times a chunk instead of five.
@@ -212,6 +215,35 @@ def test_fused_kernel_three_input_stages_fit_as_estimated():
     assert "consumed[" in source and "void* o_s" not in source
     assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
     get_kernel("tl.gdn_prefill").validate_config(ahead, call)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("stages", [2, 3])
+def test_fused_kernel_fed_by_its_first_pass(stages):
+    from tileops.kernels.gdn.prefill_launch import compile_fused
+
+    call = spec(batch=8)
+    fed = fused_config(128, feeder="first_pass", stages=stages)
+    get_kernel("tl.gdn_prefill").validate_config(fed, call)
+    kernel = compile_fused(fed, call)
+    source = kernel.get_kernel_source()
+    walk, first_pass = source.split("warpgroup_reg_alloc<192>")[1].split("warpgroup_reg_dealloc<120>")
+    # The walkers only walk and fill the output tile; the first pass loads every stage, stores
+    # the outputs and hands the tile back.
+    assert "cp_async" not in walk and "mbarrier_cp_async_arrive_noinc" in first_pass
+    assert "out_full[0].arrive()" in walk and "out_free[0].wait(" in walk
+    assert "out_full[0].wait(" in first_pass and "out_free[0].arrive()" in first_pass
+    assert "consumed[" not in source and launch_smem(kernel) == fused_smem_bytes(128, 2, stages, fed=True)
+
+
+def test_feeder_is_the_fused_kernels_alone():
+    call = spec(batch=8)
+    with pytest.raises(ValueError, match="feeder"):
+        get_kernel("tl.gdn_prefill").validate_config(
+            GDNPrefillConfig(state_major="value", block_v=64, threads=128, feeder="first_pass"), call)
+    # Three stages fit beside an output tile of their own only when the first pass feeds them.
+    with pytest.raises(ValueError, match="feeder='first_pass'"):
+        get_kernel("tl.gdn_prefill").validate_config(fused_config(128, stages=3), call)
 
 
 @needs_nvcc

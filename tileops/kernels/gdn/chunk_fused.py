@@ -8,11 +8,12 @@ three; two of the first pass's results):
   chain does (``chunk_chain_value_major.walk_step``), reading T', Mᵀ and the factors from
   shared memory; as soon as they leave a stage they start the copies of the chunk two (three)
   ahead into it (``cp.async``, completing on the stage's ``loaded`` barrier);
-- the first-pass warpgroup waits for a stage's inputs, forms its T', Mᵀ and factors with
-  ``chunk_prep``'s transforms, products and block substitution and ``wy_merge``'s tensor-core
-  merge (the gates' prefix sum restarts at the sequence's start, so it needs no segment search;
-  Mᵀ comes from K Qᵀ, so that one exponential per pair of tokens serves A and M), and arrives
-  on the stage's ``ready`` barrier. With three input stages it may run two chunks ahead of the
+- the first-pass warpgroup waits for a stage's inputs, applies ``chunk_prep``'s transforms,
+  forms K Kᵀ and K Qᵀ on the tensor cores and turns them into T', Mᵀ and the factors on their
+  accumulator registers (``first_pass_registers``: the gates' prefix sum restarts at the
+  sequence's start, so it needs no segment search; Mᵀ comes from K Qᵀ, so that one exponential
+  per pair of tokens serves A and M; the inverse goes by 16 × 16 blocks on mma.sync), stores
+  them to the stage and arrives on its ``ready`` barrier. With three input stages it may run two chunks ahead of the
   walk, so it first waits for the walk to leave the results' stage (``consumed``); with two, a
   stage's inputs arrive only once the walk has left it, which orders both;
 - registers move from the first-pass warpgroup to the state warpgroups (``setmaxnreg``) when
@@ -28,19 +29,20 @@ import tilelang.language as T  # no postponed annotations: TileLang evaluates th
 
 from tileops.kernels.gdn.chain_entry import state_io
 from tileops.kernels.gdn.chunk_chain_value_major import walk_step
-from tileops.kernels.gdn.chunk_prep import PAD, input_transforms, key_products, lane_total, upper_clear, wy_solve
+from tileops.kernels.gdn.chunk_prep import input_transforms, key_products
+from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BLOCKS, EXCHANGE_LD, register_first_pass
+from tileops.kernels.gdn.first_pass_registers import SOURCE as REGISTERS_SOURCE
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
 from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
-from tileops.kernels.gdn.wy_merge import BLOCK, SCRATCH_LD, SOURCE
+from tileops.kernels.gdn.wy_merge import SOURCE
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
-PREFIX_LANES = 4  # partial sums of the gates' prefix sum (T.cumsum runs on threads 0-31 only)
 
 
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
                   varlen: bool, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
                   neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                  stages: int = FUSED_STAGES, pieces: bool = False):
+                  stages: int = FUSED_STAGES, pieces: bool = False, feeder: str = "walkers"):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
@@ -49,7 +51,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
     ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
-    the V tile).
+    the V tile, or the first pass as the feeder).
+
+    ``feeder``: who loads each chunk's inputs and stores its outputs. ``"walkers"``: the state
+    warpgroups, as they leave a stage and after each chunk. ``"first_pass"``: the first-pass
+    warpgroup, after each chunk's first pass: it stores the previous chunk's outputs from the
+    output tile (``out_full``: the walkers have written it; ``out_free``: emptied) and refills
+    the previous chunk's input stage, so the walkers only walk and transpose Oᵀ into the tile
+    (with matrix moves, those serve Vᵀ only).
 
     ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
     (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
@@ -58,11 +67,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     unless that is −1.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
-    assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
-    ahead = S > SO  # the first pass may run ahead of the walk's use of its results
+    fed = feeder == "first_pass"
+    assert stages == FUSED_STAGES or walk_moves == "matrix" or fed, "three input stages store the output through V"
+    ahead = S > SO and not fed  # the first pass may run ahead of the walk's use of its results
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
+    loaders = WARPGROUP if fed else walkers
     threads = walkers + WARPGROUP
     # What setmaxnreg moves: the launch gives every thread the same share (rounded to 8).
     shifted = V // 64 > 1
@@ -70,14 +81,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     tokens = T.dynamic("tokens")
     nseq = T.dynamic("nseq")
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
-    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
-                                   issue=walk_issue)
-    prelude = SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
+    step, store_output, output_tile, tile_rows = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
+                                                           moves=walk_moves, issue=walk_issue)
+    prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
-    solve = wy_solve(C, dtype)
-    clear = upper_clear(C)
+    pairs, inverse = register_first_pass(l2norm=l2norm, scale=scale)
 
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
@@ -90,56 +100,30 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         T.cp_async_barrier_noinc(loaded[s])
 
     @T.macro
-    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s, so, hi, row):
+    def first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, x_s, a_log, dt_bias, hv, s, so, hi, row):
         """T', Mᵀ and the factors of the chunk in input stage s into result stage so (rows 0..hi of
         it in the sequence)."""
         a_f = T.alloc_fragment([C, C], accum)
         mt_f = T.alloc_fragment([C, C], accum)
-        a_s = T.alloc_shared([C, C + PAD], accum)
         g_s = T.alloc_shared([C], accum)
-        p_s = T.alloc_shared([C], accum)
         b_s = T.alloc_shared([C], accum)
         rk_s = T.alloc_shared([C], accum)
         rq_s = T.alloc_shared([C], accum)
-        acc = T.alloc_local([PREFIX_LANES], accum)
         if row < C:
             if row < hi:
                 transform(gi_s[s, row], bi_s[s, row], a_log, dt_bias, hv, g_s, b_s, row)
             else:
                 g_s[row] = 0.0
                 b_s[row] = 0.0
-        if row < C:
-            for p in T.unroll(PREFIX_LANES, explicit=True):
-                acc[p] = 0.0
-            for j in T.unroll(C, explicit=True):
-                acc[j % PREFIX_LANES] = acc[j % PREFIX_LANES] + T.if_then_else(j <= row, g_s[j], 0.0)
-            p_s[row] = lane_total(acc, PREFIX_LANES)
         products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, mt_f)
-        # Pair (i, j) of K Kᵀ below the diagonal and of K Qᵀ (Mᵀ) on and above it take the decay
-        # from the earlier token to the later, e^{γ_later − γ_earlier}: one exponential per pair.
         # Rows past the sequence's end have β = 0 and γ held, so they add nothing to A and only
         # reach outputs that are not stored.
+        pairs(a_f, mt_f, g_s, b_s, rk_s, rq_s, f_s, so, hi, row)
         for i, j in T.Parallel(C, C):
-            lower = j < i
-            decay = T.exp(T.if_then_else(lower, p_s[i] - p_s[j], -(p_s[i] - p_s[j])))
-            if l2norm:
-                a_f[i, j] = T.if_then_else(lower, (b_s[i] * rk_s[i] * rk_s[j]) * decay * a_f[i, j], 0.0)
-                mt_f[i, j] = T.if_then_else(lower, 0.0, (scale * rq_s[j] * rk_s[i]) * decay * mt_f[i, j])
-            else:
-                a_f[i, j] = T.if_then_else(lower, b_s[i] * decay * a_f[i, j], 0.0)
-                mt_f[i, j] = T.if_then_else(lower, 0.0, scale * decay * mt_f[i, j])
-        for i, j in T.Parallel(C, C):
-            a_s[i, j] = a_f[i, j]
             m_s[so, i, j] = mt_f[i, j]
-        solve(a_s, d_s, w_s, row)
+        inverse(a_f, b_s, x_s, row)
         for i, j in T.Parallel(C, C):
-            tp_s[so, i, j] = d_s[i, j] * b_s[j]
-        if row < C:
-            last = p_s[hi - 1]
-            f_s[so, 0, row] = T.exp(p_s[row]) * rk_s[row]
-            f_s[so, 1, row] = scale * T.exp(p_s[row]) * rq_s[row]
-            f_s[so, 2, row] = T.exp(last - p_s[row]) * rk_s[row]
-            f_s[so, 3, row] = T.exp(last)
+            tp_s[so, i, j] = a_f[i, j]
 
     @T.macro
     def emit_output(o_f, tile, s, o, t0, hv, hi, store_from):
@@ -150,6 +134,19 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
         else:
             store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
+
+    @T.macro
+    def drain(o_s, o, out_full, out_free, c, bos, eos, hv, store_from):
+        """The first-pass warpgroup stores chunk c's outputs once the walkers have put them in
+        ``o_s`` (a piece's warm-up chunks have none to store), then frees the tile."""
+        t0 = bos + c * C
+        T.barrier_wait(out_full[0], c % 2)
+        if pieces:
+            if t0 >= store_from:
+                tile_rows(o_s, o, t0, hv, 0, 0, T.min(eos - t0, C))
+        else:
+            tile_rows(o_s, o, t0, hv, 0, 0, T.min(eos - t0, C))
+        T.barrier_arrive(out_free[0])
 
     @T.macro
     def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from):
@@ -164,10 +161,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         f_s = T.alloc_shared([SO, 4, C], accum)
         if not ahead:
             o_s = T.alloc_shared([C, V + ROW_PAD], dtype)
-        loaded = T.alloc_barrier(arrive_count=[walkers] * S)
+        loaded = T.alloc_barrier(arrive_count=[loaders] * S)
         ready = T.alloc_barrier(arrive_count=[WARPGROUP] * SO)
         if ahead:
             consumed = T.alloc_barrier(arrive_count=[walkers] * SO)
+        if fed:
+            out_full = T.alloc_barrier(arrive_count=[walkers])
+            out_free = T.alloc_barrier(arrive_count=[WARPGROUP])
         windows = T.ceildiv(eos - bos, C)
         tx = T.get_thread_binding()
         if tx < walkers:
@@ -175,8 +175,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 T.set_max_nreg(STATE_REGS, 1)
             s_f = T.alloc_fragment([V, K], accum)
             o_f = T.alloc_fragment([V, C], accum)
-            for c in T.serial(T.min(windows, S)):
-                load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
+            if not fed:
+                for c in T.serial(T.min(windows, S)):
+                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             load_state(h0, s_f, init_row, hv, 0, has_init)
             for c in T.serial(windows):
                 s = c % S
@@ -185,13 +186,18 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 hi = T.min(eos - t0, C)
                 T.barrier_wait(ready[so], (c // SO) % 2)
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
-                if ahead:
-                    T.barrier_arrive(consumed[so])
-                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)  # through this chunk's V tile, before its refill
-                if c + S < windows:
-                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
-                if not ahead:
-                    emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
+                if fed:  # the stage is left: the first pass refills it once the outputs are in the tile
+                    T.barrier_wait(out_free[0], (c % 2) ^ 1)
+                    output_tile(o_f, o_s)
+                    T.barrier_arrive(out_full[0])
+                else:
+                    if ahead:
+                        T.barrier_arrive(consumed[so])
+                        emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)  # through this chunk's V tile, before its refill
+                    if c + S < windows:
+                        load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
+                    if not ahead:
+                        emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
                     store_state(ht, s_f, out_row, hv, 0)
@@ -200,19 +206,29 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         else:
             if shifted:
                 T.set_max_nreg(aux_regs, 0)
-            d_s = T.alloc_shared([C, C + PAD], accum)
-            w_s = T.alloc_shared([4 * BLOCK, SCRATCH_LD], accum)
-            clear(d_s)
+            x_s = T.alloc_shared([EXCHANGE_BLOCKS * 16, EXCHANGE_LD], "float16")
+            if fed:
+                for c in T.serial(T.min(windows, S)):
+                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
                 T.barrier_wait(loaded[s], (c // S) % 2)
                 if ahead:  # the walk has left the results of chunk c - SO (a fresh barrier passes)
                     T.barrier_wait(consumed[so], ((c // SO) % 2) ^ 1)
-                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, d_s, w_s, a_log, dt_bias, hv, s, so,
+                first_pass(q_s, k_s, gi_s, bi_s, tp_s, m_s, f_s, x_s, a_log, dt_bias, hv, s, so,
                            T.min(eos - bos - c * C, C), tx - walkers)
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
                 T.barrier_arrive(ready[so])
+                if fed:
+                    if c > 0:  # chunk c - 1 is walked: store its outputs, refill its stage
+                        drain(o_s, o, out_full, out_free, c - 1, bos, eos, hv, store_from)
+                        if c - 1 + S < windows:
+                            load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, (c - 1) % S,
+                                        bos + (c - 1 + S) * C, h, hv)
+            if fed:
+                if windows > 0:
+                    drain(o_s, o, out_full, out_free, windows - 1, bos, eos, hv, store_from)
 
     if pieces:
         rows_in, rows_out, count = T.dynamic("rows_in"), T.dynamic("rows_out"), T.dynamic("pieces")

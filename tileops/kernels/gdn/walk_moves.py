@@ -13,7 +13,8 @@ memory. Two moves cross between them every chunk:
 
 Register fragments follow wgmma's layout for a 64-row tile per warpgroup: element 4n + 2h + c of
 a thread is value row 16·warp + 8h + lane/4, token 8n + 2(lane % 4) + c. ``SOURCE`` goes into the
-kernel's prelude after ``wy_merge.SOURCE``, whose ``pack2`` it uses.
+kernel's prelude after ``wy_merge.SOURCE`` and ``first_pass_registers.SOURCE``, whose ``pack2``
+and ``shared_address`` it uses.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -27,10 +28,6 @@ template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned v)
 }
 template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned v) {
   return __half22float2(*reinterpret_cast<__half2*>(&v));
-}
-
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 // Row r of matrix m of an 8 x 8 x 4 move, as lane 8m + r gives it: token 16q + 8(m / 2) + r,
