@@ -102,10 +102,6 @@ FUSED = fused_config(128).model_dump()
 # The fused walk's variants: matrix moves with paired waits, and with three input stages.
 FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
 FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
-# The first pass as the feeder: it loads the inputs and stores the outputs, with two or three stages.
-FED = dict(feeder="first_pass", stages=3)
-FUSED_FED = fused_config(128, **FED).model_dump()
-FUSED_FED2 = fused_config(128, feeder="first_pass").model_dump()
 # Pieces: sequences cut every 16 (32, 64, 128) chunks, each piece walked from its warm-up's state.
 def pieces(width: int, **variant) -> dict:
     return fused_config(128, piece_chunks=width, **variant).model_dump()
@@ -139,10 +135,6 @@ CHECKS = [
          init=True, config=pieces(16)),
     Case("fp16 H2/4 K64 B3x2000 l2+gate+sig pieces16", FP, 2, 4, 64, batch=3, seq_len=2000, l2norm=True, gate=True,
          sigmoid=True, init=True, config=fused_config(64, piece_chunks=16).model_dump()),
-    Case("bf16 H16/32 K128 varlen mixed init fused fed", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
-         init=True, config=FUSED_FED),
-    Case("bf16 H16/32 K128 B2x3000 init pieces16 fed", BF, 16, 32, 128, batch=2, seq_len=3000, init=True,
-         config=pieces(16, **FED)),
     Case("bf16 H16/16 K128 B1x9000 vfirst init pieces16 ahead", BF, 16, 16, 128, batch=1, seq_len=9000, v_first=True,
          init=True, config=pieces(16, walk_moves="matrix", walk_issue="paired", stages=3)),
 ]
@@ -158,11 +150,11 @@ BENCH = [
 # against its other time, where it is the default too, is the noise band of the comparison).
 AHEAD = dict(walk_moves="matrix", walk_issue="paired", stages=3)
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [pieces(128, **FED), pieces(64, **FED), pieces(128, feeder="first_pass"), pieces(128)],
-    "B8 T4096 HV32": [FUSED_FED, FUSED_FED2, FUSED_BOTH, FUSED],
-    "B4 T8192 HV16": [pieces(64, **FED), pieces(32, **FED), pieces(64)],
+    "B1 T32768 HV32": [pieces(64), pieces(128, **AHEAD), pieces(128)],
+    "B8 T4096 HV32": [FUSED_BOTH, FUSED_AHEAD, FUSED],
+    "B4 T8192 HV16": [pieces(32), pieces(64, **AHEAD), pieces(64)],
     # The default walks the 16 sequences uncut, longest first; FUSED in the order given.
-    "varlen16 T32768 HV32": [pieces(128, **FED), pieces(32, **FED), FUSED, pieces(128)],
+    "varlen16 T32768 HV32": [FUSED, pieces(32), pieces(128)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}

@@ -73,8 +73,7 @@ CASES = [
 # with paired waits; "fused-pieces" cuts sequences into pieces of 16 chunks (the 1500-token one here).
 FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
                  "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3),
-                 "fused-pieces": dict(piece_chunks=16), "fused-fed": dict(feeder="first_pass", stages=3),
-                 "fused-fed-pieces": dict(feeder="first_pass", stages=3, piece_chunks=16)}
+                 "fused-pieces": dict(piece_chunks=16)}
 LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 
 
@@ -134,7 +133,7 @@ def test_packed_varlen(lengths, layout):
 
 
 WIDE_LENGTHS = (5, 64, 0, 1100, 129, 1, 3001, 700)
-WIDE_LAYOUTS = ("default", "fused", "fused-pieces", "fused-fed-pieces")
+WIDE_LAYOUTS = ("default", "fused", "fused-pieces")
 
 
 @pytest.mark.parametrize("layout", WIDE_LAYOUTS)

@@ -23,14 +23,11 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
               moves: str = "elementwise", issue: str = "serial"):
-    """The macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
+    """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
     the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through a tile, then rows
     lo..hi stored; the tile is ``o_s`` [C, ld], or with matrix moves stage ``o_stage`` of
-    [S, C, ld] tiles, such as the chunk's own V tiles); then its two halves without matrix
-    moves, for a kernel whose output tile is emptied by other threads: ``output_tile`` (Oᵀ
-    into the tile) and ``tile_rows`` (rows lo..hi of the tile to rows t0.. of value head hv of
-    ``o``, from value column v0).
+    [S, C, ld] tiles, such as the chunk's own V tiles).
 
     ``moves`` says how Vᵀ comes into registers and Oᵀ leaves them: ``"elementwise"`` through
     TileLang's own loads and stores (which synchronise the CTA around ``o_s``), ``"matrix"`` by
@@ -99,25 +96,17 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
 
     @T.macro
-    def output_tile(o_f, o_s):
-        for i, j in T.Parallel(BV, C):
-            o_s[j, i] = o_f[i, j]
-
-    @T.macro
-    def tile_rows(o_s, o, t0, hv, v0, lo, hi):
-        for i, j in T.Parallel(C, BV):
-            if lo <= i and i < hi:
-                o[t0 + i, hv, v0 + j] = o_s[i, j]
-
-    @T.macro
     def store_output(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi):
         if matrix:
             output_rows(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi, T.get_thread_binding())
         else:
-            output_tile(o_f, o_s)
-            tile_rows(o_s, o, t0, hv, v0, lo, hi)
+            for i, j in T.Parallel(BV, C):
+                o_s[j, i] = o_f[i, j]
+            for i, j in T.Parallel(C, BV):
+                if lo <= i and i < hi:
+                    o[t0 + i, hv, v0 + j] = o_s[i, j]
 
-    return step, store_output, output_tile, tile_rows
+    return step, store_output
 
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
@@ -133,7 +122,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)[:2]
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro

@@ -7,13 +7,16 @@ three; two of the first pass's results):
 - the state warpgroups (one per 64 value rows) walk Sᵀ in registers exactly as the value-major
   chain does (``chunk_chain_value_major.walk_step``), reading T', Mᵀ and the factors from
   shared memory; as soon as they leave a stage they start the copies of the chunk two (three)
-  ahead into it (``cp.async``, completing on the stage's ``loaded`` barrier);
+  ahead into it, completing on the stage's ``loaded`` barrier: q, k and v by the copy engine
+  (TMA, issued by one thread; v by ``cp.async`` into padded rows for the matrix moves), the
+  gates and step sizes by ``cp.async``;
 - the first-pass warpgroup waits for a stage's inputs, applies ``chunk_prep``'s transforms,
   forms K Kᵀ and K Qᵀ on the tensor cores and turns them into T', Mᵀ and the factors on their
   accumulator registers (``first_pass_registers``: the gates' prefix sum restarts at the
   sequence's start, so it needs no segment search; Mᵀ comes from K Qᵀ, so that one exponential
   per pair of tokens serves A and M; the inverse goes by 16 × 16 blocks on mma.sync), stores
-  them to the stage and arrives on its ``ready`` barrier. With three input stages it may run two chunks ahead of the
+  T' and Mᵀ to the stage by matrix stores in the swizzle the walkers' tensor cores read, and
+  arrives on its ``ready`` barrier. With three input stages it may run two chunks ahead of the
   walk, so it first waits for the walk to leave the results' stage (``consumed``); with two, a
   stage's inputs arrive only once the walk has left it, which orders both;
 - registers move from the first-pass warpgroup to the state warpgroups (``setmaxnreg``) when
@@ -26,11 +29,12 @@ output goes out through the chunk's own V tile (each warp writes back the column
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
+from tilelang.layout import make_swizzled_layout
 
 from tileops.kernels.gdn.chain_entry import state_io
 from tileops.kernels.gdn.chunk_chain_value_major import walk_step
 from tileops.kernels.gdn.chunk_prep import input_transforms, key_products
-from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BLOCKS, EXCHANGE_LD, register_first_pass
+from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BLOCKS, EXCHANGE_LD, register_first_pass, swizzled
 from tileops.kernels.gdn.first_pass_registers import SOURCE as REGISTERS_SOURCE
 from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
 from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
@@ -42,7 +46,7 @@ STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
                   varlen: bool, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
                   neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                  stages: int = FUSED_STAGES, pieces: bool = False, feeder: str = "walkers"):
+                  stages: int = FUSED_STAGES, pieces: bool = False):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
@@ -51,14 +55,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
     ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
-    the V tile, or the first pass as the feeder).
-
-    ``feeder``: who loads each chunk's inputs and stores its outputs. ``"walkers"``: the state
-    warpgroups, as they leave a stage and after each chunk. ``"first_pass"``: the first-pass
-    warpgroup, after each chunk's first pass: it stores the previous chunk's outputs from the
-    output tile (``out_full``: the walkers have written it; ``out_free``: emptied) and refills
-    the previous chunk's input stage, so the walkers only walk and transpose Oᵀ into the tile
-    (with matrix moves, those serve Vᵀ only).
+    the V tile).
 
     ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
     (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
@@ -67,13 +64,12 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     unless that is −1.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
-    fed = feeder == "first_pass"
-    assert stages == FUSED_STAGES or walk_moves == "matrix" or fed, "three input stages store the output through V"
-    ahead = S > SO and not fed  # the first pass may run ahead of the walk's use of its results
+    assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
+    ahead = S > SO  # the first pass may run ahead of the walk's use of its results
+    v_rows = walk_moves == "matrix"  # Vᵀ by matrix loads: padded rows by cp.async, else a swizzled TMA tile
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
-    loaders = WARPGROUP if fed else walkers
     threads = walkers + WARPGROUP
     # What setmaxnreg moves: the launch gives every thread the same share (rounded to 8).
     shifted = V // 64 > 1
@@ -81,20 +77,25 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     tokens = T.dynamic("tokens")
     nseq = T.dynamic("nseq")
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
-    step, store_output, output_tile, tile_rows = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
-                                                           moves=walk_moves, issue=walk_issue)
+    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
+                                   issue=walk_issue)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
-    pairs, inverse = register_first_pass(l2norm=l2norm, scale=scale)
+    pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype)
 
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
-        """Start the copies of the chunk at t0 into stage s; its barrier completes when they land."""
-        T.async_copy(q[t0:t0 + C, h, :], q_s[s, :, :])
-        T.async_copy(k[t0:t0 + C, h, :], k_s[s, :, :])
-        T.async_copy(v[t0:t0 + C, hv, :], v_s[s, :, 0:V])
+        """Start the copies of the chunk at t0 into stage s; its barrier completes when they land:
+        q, k and (unless in padded rows) v by the copy engine, issued by one thread, the gates and
+        step sizes by cp.async."""
+        T.tma_copy(q[t0:t0 + C, h, :], q_s[s, :, :], barrier=loaded[s])
+        T.tma_copy(k[t0:t0 + C, h, :], k_s[s, :, :], barrier=loaded[s])
+        if v_rows:
+            T.async_copy(v[t0:t0 + C, hv, :], v_s[s, :, 0:V])
+        else:
+            T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
         T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
         T.async_copy(beta[t0:t0 + C, hv], bi_s[s, :])
         T.cp_async_barrier_noinc(loaded[s])
@@ -119,11 +120,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         # Rows past the sequence's end have β = 0 and γ held, so they add nothing to A and only
         # reach outputs that are not stored.
         pairs(a_f, mt_f, g_s, b_s, rk_s, rq_s, f_s, so, hi, row)
-        for i, j in T.Parallel(C, C):
-            m_s[so, i, j] = mt_f[i, j]
+        store_tile(mt_f, m_s, so, row)
         inverse(a_f, b_s, x_s, row)
-        for i, j in T.Parallel(C, C):
-            tp_s[so, i, j] = a_f[i, j]
+        store_tile(a_f, tp_s, so, row)
 
     @T.macro
     def emit_output(o_f, tile, s, o, t0, hv, hi, store_from):
@@ -136,38 +135,25 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
 
     @T.macro
-    def drain(o_s, o, out_full, out_free, c, bos, eos, hv, store_from):
-        """The first-pass warpgroup stores chunk c's outputs once the walkers have put them in
-        ``o_s`` (a piece's warm-up chunks have none to store), then frees the tile."""
-        t0 = bos + c * C
-        T.barrier_wait(out_full[0], c % 2)
-        if pieces:
-            if t0 >= store_from:
-                tile_rows(o_s, o, t0, hv, 0, 0, T.min(eos - t0, C))
-        else:
-            tile_rows(o_s, o, t0, hv, 0, 0, T.min(eos - t0, C))
-        T.barrier_arrive(out_free[0])
-
-    @T.macro
     def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from):
         h = hv // group
         q_s = T.alloc_shared([S, C, K], dtype)
         k_s = T.alloc_shared([S, C, K], dtype)
-        v_s = T.alloc_shared([S, C, V + ROW_PAD], dtype)
+        v_s = T.alloc_shared([S, C, V + ROW_PAD if v_rows else V], dtype)
         gi_s = T.alloc_shared([S, C], accum)
         bi_s = T.alloc_shared([S, C], accum)
         tp_s = T.alloc_shared([SO, C, C], dtype)
         m_s = T.alloc_shared([SO, C, C], dtype)
         f_s = T.alloc_shared([SO, 4, C], accum)
+        T.annotate_layout({tp_s: swizzled(tp_s), m_s: swizzled(m_s)})
+        if not v_rows:
+            T.annotate_layout({v_s: make_swizzled_layout(v_s)})
         if not ahead:
             o_s = T.alloc_shared([C, V + ROW_PAD], dtype)
-        loaded = T.alloc_barrier(arrive_count=[loaders] * S)
+        loaded = T.alloc_barrier(arrive_count=[walkers] * S)
         ready = T.alloc_barrier(arrive_count=[WARPGROUP] * SO)
         if ahead:
             consumed = T.alloc_barrier(arrive_count=[walkers] * SO)
-        if fed:
-            out_full = T.alloc_barrier(arrive_count=[walkers])
-            out_free = T.alloc_barrier(arrive_count=[WARPGROUP])
         windows = T.ceildiv(eos - bos, C)
         tx = T.get_thread_binding()
         if tx < walkers:
@@ -175,9 +161,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 T.set_max_nreg(STATE_REGS, 1)
             s_f = T.alloc_fragment([V, K], accum)
             o_f = T.alloc_fragment([V, C], accum)
-            if not fed:
-                for c in T.serial(T.min(windows, S)):
-                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
+            for c in T.serial(T.min(windows, S)):
+                load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             load_state(h0, s_f, init_row, hv, 0, has_init)
             for c in T.serial(windows):
                 s = c % S
@@ -186,18 +171,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 hi = T.min(eos - t0, C)
                 T.barrier_wait(ready[so], (c // SO) % 2)
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
-                if fed:  # the stage is left: the first pass refills it once the outputs are in the tile
-                    T.barrier_wait(out_free[0], (c % 2) ^ 1)
-                    output_tile(o_f, o_s)
-                    T.barrier_arrive(out_full[0])
-                else:
-                    if ahead:
-                        T.barrier_arrive(consumed[so])
-                        emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)  # through this chunk's V tile, before its refill
-                    if c + S < windows:
-                        load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
-                    if not ahead:
-                        emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
+                if ahead:
+                    T.barrier_arrive(consumed[so])
+                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)  # through this chunk's V tile, before its refill
+                if c + S < windows:
+                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
+                if not ahead:
+                    emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
                     store_state(ht, s_f, out_row, hv, 0)
@@ -207,9 +187,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             if shifted:
                 T.set_max_nreg(aux_regs, 0)
             x_s = T.alloc_shared([EXCHANGE_BLOCKS * 16, EXCHANGE_LD], "float16")
-            if fed:
-                for c in T.serial(T.min(windows, S)):
-                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
@@ -220,15 +197,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                            T.min(eos - bos - c * C, C), tx - walkers)
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
                 T.barrier_arrive(ready[so])
-                if fed:
-                    if c > 0:  # chunk c - 1 is walked: store its outputs, refill its stage
-                        drain(o_s, o, out_full, out_free, c - 1, bos, eos, hv, store_from)
-                        if c - 1 + S < windows:
-                            load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, (c - 1) % S,
-                                        bos + (c - 1 + S) * C, h, hv)
-            if fed:
-                if windows > 0:
-                    drain(o_s, o, out_full, out_free, windows - 1, bos, eos, hv, store_from)
 
     if pieces:
         rows_in, rows_out, count = T.dynamic("rows_in"), T.dynamic("rows_out"), T.dynamic("pieces")

@@ -23,6 +23,7 @@ Products take fp16 operands and accumulate in fp32: finer than the 16-bit T' the
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
+from tilelang.layout import make_full_bank_swizzled_layout
 
 from tileops.kernels.gdn.wy_merge import BARRIER
 
@@ -134,6 +135,27 @@ __device__ __forceinline__ void diagonal_inverse(const float* d, float* x, int l
 #pragma unroll
   for (int i = 0; i < 8; ++i) x[i] = p[i];
   mma_block(x, za, pb);  // P - P F P
+}
+
+// A 64 x 64 accumulator of the warpgroup, in 16-bit, to a [64][64] tile in the 128-byte swizzle
+// (row r's 16-byte groups of columns permuted by r mod 8), by four matrix stores a thread.
+template <typename H>
+__device__ __forceinline__ void store_swizzled(const float* acc, void* tile, int thread) {
+  const int warp = thread >> 5, lane = thread & 31, m = lane >> 3;
+  const int row = 16 * warp + 8 * (m & 1) + (lane & 7);
+  char* base = static_cast<char*>(tile) + row * 128;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = 4 * (2 * q + (i >> 1)) + 2 * (i & 1);
+      w[i] = pack2<H>(acc[e], acc[e + 1]);
+    }
+    const unsigned address = shared_address(base + (((2 * q + (m >> 1)) ^ (row & 7)) << 4));
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(address), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+  }
 }
 
 // kk <- A and kq <- M^T in place of K K^T and K Q^T, and the chunk's factor rows f ([4][64]:
@@ -299,14 +321,17 @@ __device__ __forceinline__ void chunk_inverse(float* a, const float* beta, void*
 """
 
 
-def register_first_pass(*, l2norm: bool, scale: float):
-    """Two macros for the 128 threads of the first-pass warpgroup (``thread`` 0..127), on the
+def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
+    """Three macros for the 128 threads of the first-pass warpgroup (``thread`` 0..127), on the
     64 × 64 accumulators of K Kᵀ (``kk_f``) and K Qᵀ (``kq_f``): ``pairs`` turns them into A and
     Mᵀ and writes the factors into stage ``so`` of ``f_s`` ([S, 4, 64] fp32), from the chunk's
     gates ``g_s`` and step sizes ``b_s`` (and norms ``rk_s``, ``rq_s``); ``inverse`` turns A into
-    T', ``x_s`` its exchange ([EXCHANGE_BLOCKS · 16, EXCHANGE_LD] fp16). Needs ``wy_merge.SOURCE``
-    then ``SOURCE`` in the kernel's prelude. Both synchronise the warpgroup themselves."""
+    T', ``x_s`` its exchange ([EXCHANGE_BLOCKS · 16, EXCHANGE_LD] fp16); ``store`` writes an
+    accumulator in ``dtype`` to stage ``so`` of a [S, 64, 64] tile laid out by ``swizzled``.
+    Needs ``wy_merge.SOURCE`` then ``SOURCE`` in the kernel's prelude. ``pairs`` and ``inverse``
+    synchronise the warpgroup themselves."""
     flag = "true" if l2norm else "false"
+    half = {"bfloat16": "__nv_bfloat16", "float16": "__half"}[dtype]
 
     @T.macro
     def pairs(kk_f, kq_f, g_s, b_s, rk_s, rq_s, f_s, so, hi, thread):
@@ -320,4 +345,14 @@ def register_first_pass(*, l2norm: bool, scale: float):
         T.call_extern("handle", "tileops_gdn::chunk_inverse", kk_f.data, T.access_ptr(b_s[0], "r"),
                       T.address_of(x_s[0, 0]), thread, BARRIER)
 
-    return pairs, inverse
+    @T.macro
+    def store(acc_f, tile_s, so, thread):
+        T.call_extern("handle", f"tileops_gdn::store_swizzled<{half}>", acc_f.data, T.access_ptr(tile_s[so, 0, 0], "w"),
+                      thread)
+
+    return pairs, inverse, store
+
+
+def swizzled(tile):
+    """The 128-byte swizzle ``store`` writes, for a [S, 64, 64] 16-bit tile the tensor cores read."""
+    return make_full_bank_swizzled_layout(tile)

@@ -59,9 +59,7 @@ class GDNPrefillConfig(KernelConfig):
     ``walk_issue``: how the fused walk moves Vᵀ into registers and Oᵀ out, element by element
     or by transposing 8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
-    fused kernel and the value-major chain). ``feeder`` (fused only): who loads the chunks'
-    inputs and stores their outputs, the state warpgroups or the first-pass warpgroup (which
-    also lets three input stages fit without the matrix moves). ``piece_chunks`` (fused only): cut sequences longer
+    fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
     than that many chunks into pieces walked side by side, each after a short warm-up walk of
     the chunks before it (``pieces``, ``warm_start``); 0 walks every sequence whole."""
 
@@ -74,7 +72,6 @@ class GDNPrefillConfig(KernelConfig):
     fused: Literal[False, True] = False
     walk_moves: Literal["elementwise", "matrix"] = "elementwise"
     walk_issue: Literal["serial", "paired"] = "serial"
-    feeder: Literal["walkers", "first_pass"] = "walkers"
     piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
     @model_validator(mode="after")
@@ -98,18 +95,18 @@ def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
     return config.num_stages * per_stage + work + SMEM_SLACK
 
 
-def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES, fed: bool = False) -> int:
+def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES, v_rows: bool = False) -> int:
     """Shared memory of the fused kernel, exactly (TileLang packs its buffers, all multiples of
-    256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, padded v, g, β), two of
-    its T', M and factors, the output tile (unless three stages fed by the walkers, whose output
-    goes out through the V tile) and the first pass's work: four row vectors and the inverse's
-    exchange. ``fed``: the first pass loads the inputs and stores the outputs."""
+    256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, v, g, β; v in padded
+    rows with ``v_rows``, for the matrix moves), two of its T', M and factors, the output tile
+    (with two input stages; with three the output goes out through the V tile) and the first
+    pass's work: four row vectors and the inverse's exchange."""
     from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BYTES  # here: it imports TileLang
 
     C, K, V = FUSED_CHUNK, dim_k, dim_k
-    inputs = stages * ((2 * C * K + C * (V + ROW_PAD)) * elem + 2 * C * 4)
+    inputs = stages * ((2 * C * K + C * (V + ROW_PAD if v_rows else V)) * elem + 2 * C * 4)
     results = FUSED_STAGES * (2 * C * C * elem + 4 * C * 4)
-    output = C * (V + ROW_PAD) * elem if stages == FUSED_STAGES or fed else 0
+    output = C * (V + ROW_PAD) * elem if stages == FUSED_STAGES else 0
     work = 4 * C * 4 + EXCHANGE_BYTES
     return inputs + results + output + work
 
@@ -122,22 +119,20 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
     if (config.chunk_size, config.min_blocks) != (FUSED_CHUNK, 1) or config.num_stages < FUSED_STAGES:
         return (f"the fused kernel takes chunk_size={FUSED_CHUNK}, num_stages={FUSED_STAGES} or 3 (its input "
                 f"stages) and min_blocks=1, not {config.chunk_size}, {config.num_stages}, {config.min_blocks}")
-    fed = config.feeder == "first_pass"
-    if config.num_stages > FUSED_STAGES and config.walk_moves != "matrix" and not fed:
+    if config.num_stages > FUSED_STAGES and config.walk_moves != "matrix":
         return ("three input stages fit only with walk_moves='matrix', whose output goes out through the "
-                "chunk's V tile instead of a tile of its own, or with feeder='first_pass'")
-    smem = fused_smem_bytes(dim_k, elem, config.num_stages, fed)
+                "chunk's V tile instead of a tile of its own")
+    smem = fused_smem_bytes(dim_k, elem, config.num_stages, config.walk_moves == "matrix")
     if smem > SMEM_BYTES:
         return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
     return None
 
 
 def fused_config(dim_v: int, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                 stages: int = FUSED_STAGES, piece_chunks: int = 0, feeder: str = "walkers") -> GDNPrefillConfig:
+                 stages: int = FUSED_STAGES, piece_chunks: int = 0) -> GDNPrefillConfig:
     """The fused kernel's config for a V-wide state."""
     return GDNPrefillConfig(state_major="value", block_v=dim_v, threads=2 * dim_v, num_stages=stages,
-                            fused=True, walk_moves=walk_moves, walk_issue=walk_issue, piece_chunks=piece_chunks,
-                            feeder=feeder)
+                            fused=True, walk_moves=walk_moves, walk_issue=walk_issue, piece_chunks=piece_chunks)
 
 
 def piece_width(walks: int, chunks: int) -> int:
@@ -178,9 +173,6 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.piece_chunks and not config.fused:
         return (f"piece_chunks={config.piece_chunks} cuts sequences for the fused kernel; the two-pass chain "
                 f"walks them whole (piece_chunks=0)")
-    if config.feeder != "walkers" and not config.fused:
-        return (f"feeder={config.feeder!r} gives the fused kernel's loads and stores to its first pass; the "
-                f"two-pass chain takes feeder='walkers'")
     if config.fused:
         return fused_problem(config, dim_k, dim_v, elem)
     if config.num_stages > 2:

@@ -67,7 +67,7 @@ def compile_fused(config: GDNPrefillConfig, spec: CallSpec):
     program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
-                            pieces=bool(config.piece_chunks), feeder=config.feeder, **first_pass_flags(spec))
+                            pieces=bool(config.piece_chunks), **first_pass_flags(spec))
     return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
