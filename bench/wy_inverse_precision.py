@@ -1,10 +1,13 @@
 """How accurate the chunk's WY inverse (I + A)⁻¹ is under ways of inverting its diagonal blocks,
 emulated in float64 with each product's operands rounded as the tensor cores would round them.
 
-The first pass inverts the four 16 × 16 diagonal blocks, then merges the blocks below them with
-bf16 operands (``wy_merge``). For the diagonal blocks it substitutes in fp32; the alternative
-weighed here is the power series (I + D)⁻¹ = (I − D)(I + D²)(I + D⁴)(I + D⁸) on the tensor
-cores, in tf32, in fp16, or in tf32 with each operand split in two (hi + lo, three products).
+The two-pass first pass inverts the four 16 × 16 diagonal blocks, then merges the blocks below
+them with bf16 operands (``wy_merge``). For the diagonal blocks it substitutes in fp32; the
+alternatives weighed here are the power series (I + D)⁻¹ = (I − D)(I + D²)(I + D⁴)(I + D⁸) on the
+tensor cores, in tf32, in fp16, or in tf32 with each operand split in two (hi + lo, three
+products). The last row is the fused kernel's inverse (``first_pass_registers``) as a whole:
+fp16 operands throughout, the diagonal blocks from their 8 × 8 halves, the rest by
+R = (I + N)⁻¹ with N_wj = X_w A_wj.
 Chunks: random unit keys with GDN-like gates, and every key the same (a run of one repeated
 token), with and without decay, and with β up to 2 (negative eigenvalues allowed): there the
 powers of D grow large and cancel.
@@ -82,6 +85,38 @@ def wy_inverse(a: np.ndarray, invert) -> np.ndarray:
     return t
 
 
+def half_blocks_inverse(d: np.ndarray) -> np.ndarray:
+    """(I + D)⁻¹ of a strictly lower 16 × 16 block as the fused kernel forms it: P = (I + E)⁻¹ =
+    (I − E)(I + E²)(I + E⁴) for E the two diagonal 8 × 8 blocks, then P − (P F) P for F the block
+    below them, fp16 operands."""
+    e = d.copy()
+    e[8:, :8] = 0
+    f = d - e
+    e2 = product(e, e, 0)
+    e4 = product(e2, e2, 0)
+    y = np.eye(B, dtype=np.float32) - e + e2 + product(-e, e2, 0)
+    p = y + product(y, e4, 0)
+    return p + product(-product(p, f, 0), p, 0)
+
+
+def register_inverse(a: np.ndarray) -> np.ndarray:
+    """(I + A)⁻¹ as ``first_pass_registers.chunk_inverse`` forms it (without its diag(β)):
+    X_w the diagonal blocks' inverses, N_wj = X_w A_wj, then the blocks of (I + N)⁻¹ X."""
+    block = lambda m, i, j: m[B * i:B * i + B, B * j:B * j + B]  # noqa: E731
+    x = [half_blocks_inverse(block(a, w, w)) for w in range(4)]
+    n = {(w, j): product(x[w], block(a, w, j), 0) for w in range(4) for j in range(w)}
+    r20 = -n[2, 0] + product(n[2, 1], n[1, 0], 0)
+    z = n[3, 1] - product(n[3, 2], n[2, 1], 0)
+    r30 = -n[3, 0] + product(z, n[1, 0], 0) + product(n[3, 2], n[2, 0], 0)
+    r = {(1, 0): -n[1, 0], (2, 0): r20, (2, 1): -n[2, 1], (3, 0): r30, (3, 1): -z, (3, 2): -n[3, 2]}
+    t = np.zeros((C, C), np.float32)
+    for w in range(4):
+        t[B * w:B * w + B, B * w:B * w + B] = x[w]
+    for (w, j), rwj in r.items():
+        t[B * w:B * w + B, B * j:B * j + B] = product(rwj, x[j], 0)
+    return t
+
+
 def chunk(gen: np.random.Generator, kind: str) -> np.ndarray:
     """A = strictly lower diag(β) (e^{γ_i − γ_j} k_i·k_j) of one chunk."""
     keys = gen.standard_normal((C, K))
@@ -100,19 +135,22 @@ def main() -> None:
     args = parser.parse_args()
     gen = np.random.default_rng(0)
     kinds = ("random keys", "one key, decaying", "one key, no decay", "one key, no decay, β to 2")
-    worst = {(m, k): 0.0 for m in METHODS for k in kinds}
+    inverses = {f"{name}, bf16 merge": (lambda a, invert=invert: wy_inverse(a, invert))
+                for name, invert in METHODS.items()}
+    inverses["fp16 blocks (fused kernel)"] = register_inverse
+    worst = {(m, k): 0.0 for m in inverses for k in kinds}
     for kind in kinds:
         for _ in range(args.chunks):
             a = chunk(gen, kind)
             exact = np.linalg.inv(np.eye(C) + a.astype(np.float64))
-            for name, invert in METHODS.items():
-                with np.errstate(invalid="ignore"):
-                    err = np.linalg.norm(wy_inverse(a, invert) - exact) / np.linalg.norm(exact)
+            for name, inverse in inverses.items():
+                with np.errstate(invalid="ignore", over="ignore"):
+                    err = np.linalg.norm(inverse(a) - exact) / np.linalg.norm(exact)
                 err = err if np.isfinite(err) else float("inf")
                 worst[name, kind] = max(worst[name, kind], err)
-    print(" | ".join(["diagonal blocks", *kinds]))
+    print(" | ".join(["inverse", *kinds]))
     print(" | ".join(["---"] * (len(kinds) + 1)))
-    for name in METHODS:
+    for name in inverses:
         print(" | ".join([name, *(f"{worst[name, k]:.2e}" for k in kinds)]))
 
 
