@@ -39,6 +39,9 @@ def prefill_jobs() -> list[tuple]:
     wide = call_spec(mode="varlen", dtype=torch.bfloat16, heads=4, value_heads=32, dim=128, batch=len(WIDE_LENGTHS),
                      tokens=sum(WIDE_LENGTHS), device_name=DEVICE_NAME)
     jobs += [(layout_config(layout, wide), wide) for layout in WIDE_LAYOUTS]
+    strided = call_spec(mode="prefill", dtype=torch.bfloat16, heads=4, value_heads=32, dim=128, batch=2, tokens=300,
+                        device_name=DEVICE_NAME)  # the strided-inputs test
+    jobs.append((fused_config(128), strided))
     for case in PIECE_CASES:  # the pieces test: equal lengths, then packed
         case = dict(case)
         dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))

@@ -158,6 +158,24 @@ def test_packed_wide_state_longest_first(layout):
         assert rel(o, ro) < TOL and rel(ht, rh) < TOL
 
 
+def test_strided_inputs_from_one_projection():
+    # q, k and v as views of one fused projection, as engines compute them: the launcher packs them.
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    B, T, H, HV, D, dtype = 2, 300, 4, 32, 128, torch.bfloat16
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=T)
+    launch = PrefillLauncher(fused_config(D), spec)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    (q, k, v, g, beta), h0, _, _ = inputs(gen, B, T, H, HV, D, dtype, n=B, init=True, logits=False, gate=False)
+    fused = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], dim=-1)
+    views = (fused[..., :H * D].view(B, T, H, D), fused[..., H * D:2 * H * D].view(B, T, H, D),
+             fused[..., 2 * H * D:].view(B, T, HV, D))
+    assert not any(x.is_contiguous() for x in views)
+    o, ht = launch(*views, g, beta, h0, None, None, None, None)
+    ro, rh = reference(q, k, v, g, beta, h0, None, None, None, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
 def warm_begin_expected(k, g, beta, plan_rows, l2norm):
     """Per (piece, value head) of ``plan_rows`` ((start, first) pairs): where ``warm_start`` should
     begin, from the bound computed in float64 on the host, and how close the bound came to the cut."""

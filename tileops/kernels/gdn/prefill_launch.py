@@ -35,6 +35,15 @@ FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{tilelang.PassConfigKey.TL_ENABLE_FAST
 _TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
+def packed(x: torch.Tensor, *shape: int) -> torch.Tensor:
+    """``x`` as a dense ``shape`` tensor at a 16-byte aligned address, what the programs take (TMA
+    and vector loads; TileLang refuses strided tensors): ``x`` itself when it already is one, so
+    a call on dense inputs copies nothing; a copy for a view such as a slice of a fused q/k/v
+    projection."""
+    x = x.reshape(shape).contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
 def tl_target(arch: str) -> dict:
     """TileLang's target for an arch tag: sm90 builds sm_90a (wgmma needs the 'a' variant)."""
     return {"kind": "cuda", "arch": f"sm_{arch[2:]}{'a' if arch == 'sm90' else ''}"}
@@ -139,19 +148,19 @@ class PrefillLauncher:
         HV, V = v.shape[2], v.shape[3]
         C = self.config.chunk_size
         tokens = B * T
-        flat_q = q.reshape(tokens, H, K)
-        flat_k = k.reshape(tokens, H, K)
-        flat_v = v.reshape(tokens, HV, V)
-        flat_g = g.reshape(tokens, HV).float()
-        flat_beta = beta.reshape(tokens, HV).float()
-        a_log = self.no_gate(q.device) if A_log is None else A_log.float()
-        bias = self.no_gate(q.device) if dt_bias is None else dt_bias.float()
+        flat_q = packed(q, tokens, H, K)
+        flat_k = packed(k, tokens, H, K)
+        flat_v = packed(v, tokens, HV, V)
+        flat_g = packed(g.float(), tokens, HV)
+        flat_beta = packed(beta.float(), tokens, HV)
+        a_log = self.no_gate(q.device) if A_log is None else packed(A_log.float(), HV)
+        bias = self.no_gate(q.device) if dt_bias is None else packed(dt_bias.float(), HV)
 
         o = torch.empty(B, T, HV, V, dtype=q.dtype, device=q.device)
         n = cu_seqlens.shape[0] - 1 if self.varlen else B
         state_shape = (n, HV, V, K) if self.value_first else (n, HV, K, V)
         final = torch.empty(state_shape, dtype=torch.float32, device=q.device)
-        h0 = final if initial_state is None else initial_state
+        h0 = final if initial_state is None else packed(initial_state, *initial_state.shape)
         has_init = 0 if initial_state is None else 1
         flat_o = o.view(tokens, HV, V)
         bounds = None
