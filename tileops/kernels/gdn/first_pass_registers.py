@@ -25,7 +25,7 @@ Products take fp16 operands and accumulate in fp32: finer than the 16-bit T' the
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 from tilelang.layout import make_full_bank_swizzled_layout
 
-from tileops.kernels.gdn.wy_merge import BARRIER
+from tileops.kernels.gdn.wy_merge import BARRIER, HALF_TYPES
 
 EXCHANGE_LD = 24  # fp16 row stride of an exchanged block: its 8-row moves hit distinct banks
 EXCHANGE_BLOCKS = 6  # X_0 β, X_1 β, X_2 β, N_10, N_20, N_21
@@ -331,7 +331,7 @@ def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
     Needs ``wy_merge.SOURCE`` then ``SOURCE`` in the kernel's prelude. ``pairs`` and ``inverse``
     synchronise the warpgroup themselves."""
     flag = "true" if l2norm else "false"
-    half = {"bfloat16": "__nv_bfloat16", "float16": "__half"}[dtype]
+    half = HALF_TYPES[dtype]
 
     @T.macro
     def pairs(kk_f, kq_f, g_s, b_s, rk_s, rq_s, f_s, so, hi, thread):

@@ -19,6 +19,8 @@ and ``shared_address`` it uses.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
+from tileops.kernels.gdn.wy_merge import HALF_TYPES
+
 SOURCE = r"""
 namespace tileops_gdn {
 
@@ -98,9 +100,6 @@ __device__ __forceinline__ void output_rows(const float* o, void* tile_ptr, int 
 }  // namespace tileops_gdn
 """
 
-_HALF = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
-
-
 def matrix_moves(dtype: str):
     """Two macros for a value-major walk whose threads are ``thread`` 0..(rows / 16 · 32 − 1):
     ``x_operand`` fills the A-operand fragment ``x_a`` of Xᵀ T'ᵀ from the S Kᵀ accumulator
@@ -110,7 +109,7 @@ def matrix_moves(dtype: str):
     stage ``stage`` of [S, C, ld] tiles (the V tile a warp has read its columns of). Needs
     ``SOURCE`` in the prelude. TileLang sees the V tile and the factors read and the output
     written; the tile it does not see at all, so it puts no barrier around it."""
-    half = _HALF[dtype]
+    half = HALF_TYPES[dtype]
 
     @T.macro
     def x_operand(x_a, ks_f, v_s, f_s, s, so, lo, hi, thread):

@@ -134,6 +134,7 @@ __device__ __forceinline__ void wy_merge_f16(const float* a, float* d, float* sc
 """
 
 _SUFFIX = {"bfloat16": "bf16", "float16": "f16"}
+HALF_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}  # the CUDA type of each 16-bit dtype
 
 
 def block_merge(chunk: int, dtype: str):
