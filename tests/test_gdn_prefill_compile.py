@@ -218,7 +218,7 @@ def test_fused_kernel_three_input_stages_fit_as_estimated():
     # The first pass waits for the walk to leave a stage of its results; the output goes out
     # through the chunk's V tile, so there is no output tile.
     assert "consumed[" in source and "void* o_s" not in source
-    assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3, v_rows=True) <= SMEM_BYTES
+    assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
     get_kernel("tl.gdn_prefill").validate_config(ahead, call)
 
 

@@ -22,16 +22,17 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
-              moves: str = "elementwise", issue: str = "serial"):
+              moves: str = "elementwise", issue: str = "serial", masked: bool = True):
     """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
-    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through a tile, then rows
-    lo..hi stored; the tile is ``o_s`` [C, ld], or with matrix moves stage ``o_stage`` of
-    [S, C, ld] tiles, such as the chunk's own V tiles).
+    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
+    the [S, C, ld] tiles ``o_s``, then rows lo..hi stored; with matrix moves the tiles may be the
+    chunk's own V tiles).
 
     ``moves`` says how Vᵀ comes into registers and Oᵀ leaves them: ``"elementwise"`` through
     TileLang's own loads and stores (which synchronise the CTA around ``o_s``), ``"matrix"`` by
-    ``walk_moves``' transposing matrix moves, each warp storing its own columns. The matrix moves
+    ``walk_moves``' transposing matrix moves on tiles in the copy engine's swizzle, each warp
+    storing its own columns. The matrix moves
     are opaque to TileLang's synchronisation, so they suit a kernel that orders the V tiles
     itself (the fused kernel), not a software-pipelined loop.
 
@@ -41,13 +42,16 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
 
     The chunk's tiles are stage ``s`` of ``q_s``, ``k_s`` and ``v_s`` and stage ``so`` of ``tp_s``,
     ``m_s`` and ``f_s`` (a tensor-core product takes a tile's part only along a leading
-    dimension); columns outside lo..hi (the tokens outside the sequence) are masked. ``m_s``
+    dimension); columns outside lo..hi (the tokens outside the sequence) are masked, unless
+    ``masked`` is off: a T' with zero rows and columns for those tokens (the fused first pass's,
+    whose β is zero there) keeps them out of Δ by itself. The matrix moves take no mask. ``m_s``
     holds M, or Mᵀ with ``m_transposed``.
     """
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
     matrix = moves == "matrix"
     paired = issue == "paired"
+    assert not (matrix and masked), "the matrix moves take no mask"
     x_operand, output_rows = matrix_moves(dtype)
 
     @T.macro
@@ -76,15 +80,24 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         T.copy(s_f, s_a)
         two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
         if matrix:
-            x_operand(x_a, ks_f, v_s, f_s, s, so, lo, hi, T.get_thread_binding())
-        else:
+            x_operand(x_a, ks_f, v_s, f_s, s, so, T.get_thread_binding())
+        elif masked:
             for i, j in T.Parallel(BV, C):
                 x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], 0.0)
+        else:
+            for i, j in T.Parallel(BV, C):
+                x_a[i, j] = v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j]
         T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        for i, j in T.Parallel(BV, C):
-            d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
-            dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[so, 2, j], 0.0)
-            o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+        if masked:
+            for i, j in T.Parallel(BV, C):
+                d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
+                dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[so, 2, j], 0.0)
+                o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+        else:
+            for i, j in T.Parallel(BV, C):
+                d_a[i, j] = d_f[i, j]
+                dk_a[i, j] = d_f[i, j] * f_s[so, 2, j]
+                o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
         if paired:
             for i, j in T.Parallel(BV, K):
                 s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
@@ -101,10 +114,10 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             output_rows(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi, T.get_thread_binding())
         else:
             for i, j in T.Parallel(BV, C):
-                o_s[j, i] = o_f[i, j]
+                o_s[o_stage, j, i] = o_f[i, j]
             for i, j in T.Parallel(C, BV):
                 if lo <= i and i < hi:
-                    o[t0 + i, hv, v0 + j] = o_s[i, j]
+                    o[t0 + i, hv, v0 + j] = o_s[o_stage, i, j]
 
     return step, store_output
 
@@ -136,7 +149,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         tp_s = T.alloc_shared([1, C, C], dtype)
         m_s = T.alloc_shared([1, C, C], dtype)
         f_s = T.alloc_shared([1, 4, C], accum)
-        o_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
+        o_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
         s_f = T.alloc_fragment([BV, K], accum)
         o_f = T.alloc_fragment([BV, C], accum)
         if min_blocks > 1:

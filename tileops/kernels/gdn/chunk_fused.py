@@ -8,8 +8,7 @@ three; two of the first pass's results):
   chain does (``chunk_chain_value_major.walk_step``), reading T', Mᵀ and the factors from
   shared memory; as soon as they leave a stage they start the copies of the chunk two (three)
   ahead into it, completing on the stage's ``loaded`` barrier: q, k and v by the copy engine
-  (TMA, issued by one thread; v by ``cp.async`` into padded rows for the matrix moves), the
-  gates and step sizes by ``cp.async``;
+  (TMA, issued by one thread), the gates and step sizes by ``cp.async``;
 - the first-pass warpgroup waits for a stage's inputs, applies ``chunk_prep``'s transforms,
   forms K Kᵀ and K Qᵀ on the tensor cores and turns them into T', Mᵀ and the factors on their
   accumulator registers (``first_pass_registers``: the gates' prefix sum restarts at the
@@ -23,9 +22,9 @@ three; two of the first pass's results):
   they are two: 2 · 192 + 120 = 3 · 168, what a 384-thread CTA is given.
 
 The state never leaves registers and T', Mᵀ never leave shared memory, so a chunk's global
-traffic is its q, k, v, g, β in and o out. Three input stages fit beside the rest because the
-output goes out through the chunk's own V tile (each warp writes back the columns it read, by
-``walk_moves``' matrix stores) instead of a tile of its own.
+traffic is its q, k, v, g, β in and o out. With three input stages the output goes out through
+the chunk's own V tile (each warp writes back the columns it read, by ``walk_moves``' matrix
+stores) instead of a tile of its own.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -36,7 +35,7 @@ from tileops.kernels.gdn.chunk_chain_value_major import walk_step
 from tileops.kernels.gdn.chunk_prep import input_transforms, key_products
 from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BLOCKS, EXCHANGE_LD, register_first_pass, swizzled
 from tileops.kernels.gdn.first_pass_registers import SOURCE as REGISTERS_SOURCE
-from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, ROW_PAD, WARPGROUP
+from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, WARPGROUP
 from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
 from tileops.kernels.gdn.wy_merge import SOURCE
 
@@ -55,7 +54,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
     ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
-    the V tile).
+    the V tile). The V and output tiles are in the copy engine's swizzle, which the matrix moves
+    address.
 
     ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
     (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
@@ -66,7 +66,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
     assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
-    v_rows = walk_moves == "matrix"  # Vᵀ by matrix loads: padded rows by cp.async, else a swizzled TMA tile
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
@@ -77,8 +76,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     tokens = T.dynamic("tokens")
     nseq = T.dynamic("nseq")
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
+    # T' is zero in the rows and columns of tokens past the sequence's end (their β is), so the walk
+    # needs no masks.
     step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
-                                   issue=walk_issue)
+                                   issue=walk_issue, masked=False)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
@@ -88,14 +89,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
         """Start the copies of the chunk at t0 into stage s; its barrier completes when they land:
-        q, k and (unless in padded rows) v by the copy engine, issued by one thread, the gates and
-        step sizes by cp.async."""
+        q, k and v by the copy engine, issued by one thread, the gates and step sizes by cp.async."""
         T.tma_copy(q[t0:t0 + C, h, :], q_s[s, :, :], barrier=loaded[s])
         T.tma_copy(k[t0:t0 + C, h, :], k_s[s, :, :], barrier=loaded[s])
-        if v_rows:
-            T.async_copy(v[t0:t0 + C, hv, :], v_s[s, :, 0:V])
-        else:
-            T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
+        T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
         T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
         T.async_copy(beta[t0:t0 + C, hv], bi_s[s, :])
         T.cp_async_barrier_noinc(loaded[s])
@@ -139,17 +136,16 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         h = hv // group
         q_s = T.alloc_shared([S, C, K], dtype)
         k_s = T.alloc_shared([S, C, K], dtype)
-        v_s = T.alloc_shared([S, C, V + ROW_PAD if v_rows else V], dtype)
+        v_s = T.alloc_shared([S, C, V], dtype)
         gi_s = T.alloc_shared([S, C], accum)
         bi_s = T.alloc_shared([S, C], accum)
         tp_s = T.alloc_shared([SO, C, C], dtype)
         m_s = T.alloc_shared([SO, C, C], dtype)
         f_s = T.alloc_shared([SO, 4, C], accum)
-        T.annotate_layout({tp_s: swizzled(tp_s), m_s: swizzled(m_s)})
-        if not v_rows:
-            T.annotate_layout({v_s: make_swizzled_layout(v_s)})
+        T.annotate_layout({tp_s: swizzled(tp_s), m_s: swizzled(m_s), v_s: make_swizzled_layout(v_s)})
         if not ahead:
-            o_s = T.alloc_shared([C, V + ROW_PAD], dtype)
+            o_s = T.alloc_shared([1, C, V], dtype)
+            T.annotate_layout({o_s: make_swizzled_layout(o_s)})
         loaded = T.alloc_barrier(arrive_count=[walkers] * S)
         ready = T.alloc_barrier(arrive_count=[WARPGROUP] * SO)
         if ahead:

@@ -95,18 +95,17 @@ def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
     return config.num_stages * per_stage + work + SMEM_SLACK
 
 
-def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES, v_rows: bool = False) -> int:
+def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES) -> int:
     """Shared memory of the fused kernel, exactly (TileLang packs its buffers, all multiples of
-    256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, v, g, β; v in padded
-    rows with ``v_rows``, for the matrix moves), two of its T', M and factors, the output tile
-    (with two input stages; with three the output goes out through the V tile) and the first
-    pass's work: four row vectors and the inverse's exchange."""
+    256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, v, g, β), two of its
+    T', M and factors, the output tile (with two input stages; with three the output goes out
+    through the V tile) and the first pass's work: four row vectors and the inverse's exchange."""
     from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BYTES  # here: it imports TileLang
 
     C, K, V = FUSED_CHUNK, dim_k, dim_k
-    inputs = stages * ((2 * C * K + C * (V + ROW_PAD if v_rows else V)) * elem + 2 * C * 4)
+    inputs = stages * ((2 * C * K + C * V) * elem + 2 * C * 4)
     results = FUSED_STAGES * (2 * C * C * elem + 4 * C * 4)
-    output = C * (V + ROW_PAD) * elem if stages == FUSED_STAGES else 0
+    output = C * V * elem if stages == FUSED_STAGES else 0
     work = 4 * C * 4 + EXCHANGE_BYTES
     return inputs + results + output + work
 
@@ -120,9 +119,9 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
         return (f"the fused kernel takes chunk_size={FUSED_CHUNK}, num_stages={FUSED_STAGES} or 3 (its input "
                 f"stages) and min_blocks=1, not {config.chunk_size}, {config.num_stages}, {config.min_blocks}")
     if config.num_stages > FUSED_STAGES and config.walk_moves != "matrix":
-        return ("three input stages fit only with walk_moves='matrix', whose output goes out through the "
-                "chunk's V tile instead of a tile of its own")
-    smem = fused_smem_bytes(dim_k, elem, config.num_stages, config.walk_moves == "matrix")
+        return ("three input stages take walk_moves='matrix': their output goes out through the chunk's V "
+                "tile instead of a tile of its own")
+    smem = fused_smem_bytes(dim_k, elem, config.num_stages)
     if smem > SMEM_BYTES:
         return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
     return None
@@ -247,6 +246,12 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     ``tileops-tune`` on the H200): B1 in pieces of 128 in 0.475 ms, B8 fused whole in 0.472, B4 in
     pieces of 64 in 0.256 and the 16 mixed sequences uncut in 0.477; no other config beat these
     by more than the 2% noise band (the matrix moves now lose: B8 0.525 against 0.477).
+
+    With the walk unmasked (T' is zero past a sequence's end) and its V and output tiles in the
+    copy engine's swizzle (2026-12-01, evening, ``bench/gdn_prefill_dev.py``'s timing): B1 0.454,
+    B8 0.445, B4 0.247 and the 16 mixed sequences 0.446 ms with the same configs, against 0.490,
+    0.477, 0.269 and 0.483 for the build before in the same run; the matrix moves still lose
+    (B8 0.488).
     """
     walks = spec.batch * spec.value_heads
     per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
