@@ -29,6 +29,7 @@ VARIANTS = {
     "matrix serial 2": dict(walk_moves="matrix"),
     "elementwise paired 2": dict(walk_issue="paired"),
     "matrix paired 2": dict(walk_moves="matrix", walk_issue="paired"),
+    "elementwise serial 3": dict(stages=3),
     "matrix serial 3": dict(walk_moves="matrix", stages=3),
     "matrix paired 3": dict(walk_moves="matrix", walk_issue="paired", stages=3),
 }
@@ -69,7 +70,7 @@ def build(name: str) -> tuple[str, str, int]:
                         f"-I{include / 'src'}", f"-I{include / '3rdparty' / 'cutlass' / 'include'}",
                         "-o", str(cubin), str(source)], check=True, capture_output=True)
         sass = subprocess.run([cuobjdump(), "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
-    return name, sass, fused_smem_bytes(128, 2, config.num_stages)
+    return name, sass, fused_smem_bytes(128, 2, config.num_stages, config.walk_moves)
 
 
 def walker_loop(sass: str) -> collections.Counter:

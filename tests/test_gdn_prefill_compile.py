@@ -75,14 +75,15 @@ def test_the_tuner_sees_every_layout():
 
 def test_default_fuses_once_every_sm_has_a_walk():
     # 8 sequences x 32 value heads = 256 walks >= 132 SMs; 4 x 32 = 128 walks of short sequences are too few.
-    assert default(spec(batch=8)) == fused_config(128)
+    assert default(spec(batch=8)) == fused_config(128, stages=3)
     packed = default(spec(mode="varlen", batch=16))
-    assert packed == fused_config(128, piece_chunks=128)  # uncut pieces: one launch, longest first
+    assert packed == fused_config(128, stages=3, piece_chunks=128)  # uncut pieces: one launch, longest first
     assert not default(spec(batch=4, tokens=512)).fused
     assert not default(spec(batch=64, dim=64, heads=2, value_heads=4)).fused  # measured at 128 only
     call = spec(batch=8)
-    get_kernel("tl.gdn_prefill").validate_config(fused_config(128), call)
-    assert fused_smem_bytes(128, 2) <= SMEM_BYTES
+    for stages in (2, 3):
+        get_kernel("tl.gdn_prefill").validate_config(fused_config(128, stages=stages), call)
+        assert fused_smem_bytes(128, 2, stages) <= SMEM_BYTES
 
 
 @pytest.mark.parametrize("config, dim, words", [
@@ -99,7 +100,6 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(state_major="value", block_v=64, threads=128, walk_moves="matrix"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, walk_issue="paired"), 128, "key-major chain takes walk_issue='serial'"),
     (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
-    (dict(state_major="value", block_v=128, threads=256, num_stages=3, fused=True), 128, "walk_moves='matrix'"),
 ])
 def test_config_constraints(config, dim, words):
     kernel = get_kernel("tl.gdn_prefill")
@@ -165,7 +165,10 @@ def test_fused_kernel_compiles_warp_specialised():
     # issuing them, and the kernel launches with the shared memory the config check estimates.
     assert source.count("tileops_gdn::store_swizzled<__nv_bfloat16>(") == 2
     assert all(f"tl::tma_load({name}_desc" in source for name in "qkv") and "tl_shuffle_elect<256>" in source
-    assert launch_smem(launcher.fused) == fused_smem_bytes(128, 2)
+    # By default three input stages: the first pass waits for the walk to leave a stage of its
+    # results, and the output has a tile of its own.
+    assert launcher.config.num_stages == 3 and "consumed[" in source and "void* o_s" in source
+    assert launch_smem(launcher.fused) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
 
 
 def walker_barriers(source: str) -> int:
@@ -218,8 +221,11 @@ def test_fused_kernel_three_input_stages_fit_as_estimated():
     # The first pass waits for the walk to leave a stage of its results; the output goes out
     # through the chunk's V tile, so there is no output tile.
     assert "consumed[" in source and "void* o_s" not in source
-    assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
+    assert launch_smem(kernel) == fused_smem_bytes(128, 2, 3, "matrix") <= SMEM_BYTES
     get_kernel("tl.gdn_prefill").validate_config(ahead, call)
+    # Two stages keep an output tile and no such barrier.
+    two = compile_fused(fused_config(128, walk_moves="matrix"), call)
+    assert "consumed[" not in two.get_kernel_source() and launch_smem(two) == fused_smem_bytes(128, 2, 2, "matrix")
 
 
 @needs_nvcc

@@ -69,10 +69,11 @@ CASES = [
 # The call's default, and each layout forced: every feature case runs on each. The fused kernel's
 # walk variants: "fused-matrix" moves Vᵀ and Oᵀ by transposing matrix loads and stores,
 # "fused-paired" waits for its independent products in pairs, "fused-ahead" does both with three
-# input stages, its first pass up to two chunks ahead; "value-paired" is the two-pass value-major chain
+# input stages, its first pass up to two chunks ahead, "fused-3" takes three input stages with the
+# elementwise moves and an output tile; "value-paired" is the two-pass value-major chain
 # with paired waits; "fused-pieces" cuts sequences into pieces of 16 chunks (the 1500-token one here).
 FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
-                 "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3),
+                 "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3), "fused-3": dict(stages=3),
                  "fused-pieces": dict(piece_chunks=16)}
 LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 

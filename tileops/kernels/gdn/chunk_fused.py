@@ -22,9 +22,9 @@ three; two of the first pass's results):
   they are two: 2 · 192 + 120 = 3 · 168, what a 384-thread CTA is given.
 
 The state never leaves registers and T', Mᵀ never leave shared memory, so a chunk's global
-traffic is its q, k, v, g, β in and o out. With three input stages the output goes out through
-the chunk's own V tile (each warp writes back the columns it read, by ``walk_moves``' matrix
-stores) instead of a tile of its own.
+traffic is its q, k, v, g, β in and o out. With three input stages and the matrix moves the
+output goes out through the chunk's own V tile (each warp writes back the columns it read, by
+``walk_moves``' matrix stores) instead of a tile of its own.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -53,8 +53,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     ``has_init`` (0 or 1) says whether ``h0`` holds an initial state. Grid: (HV, N), threads:
     one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
     moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
-    ``stages``: the input stages, 2 or 3 (3 needs the matrix moves, which let the output reuse
-    the V tile). The V and output tiles are in the copy engine's swizzle, which the matrix moves
+    ``stages``: the input stages, 2 or 3 (with 3 the matrix moves put the output through the V
+    tile). The V and output tiles are in the copy engine's swizzle, which the matrix moves
     address.
 
     ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
@@ -64,8 +64,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     unless that is −1.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
-    assert stages == FUSED_STAGES or walk_moves == "matrix", "three input stages store the output through V"
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
+    through_v = ahead and walk_moves == "matrix"  # the output through the chunk's V tile, before its refill
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
@@ -143,7 +143,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         m_s = T.alloc_shared([SO, C, C], dtype)
         f_s = T.alloc_shared([SO, 4, C], accum)
         T.annotate_layout({tp_s: swizzled(tp_s), m_s: swizzled(m_s), v_s: make_swizzled_layout(v_s)})
-        if not ahead:
+        if not through_v:
             o_s = T.alloc_shared([1, C, V], dtype)
             T.annotate_layout({o_s: make_swizzled_layout(o_s)})
         loaded = T.alloc_barrier(arrive_count=[walkers] * S)
@@ -169,10 +169,11 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
                 if ahead:
                     T.barrier_arrive(consumed[so])
-                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)  # through this chunk's V tile, before its refill
+                if through_v:
+                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)
                 if c + S < windows:
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
-                if not ahead:
+                if not through_v:
                     emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
