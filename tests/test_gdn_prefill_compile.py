@@ -247,7 +247,7 @@ def test_pieces_compile_with_their_warm_start():
 
     call = spec(batch=1, tokens=32768)
     config = default(call)
-    assert config == fused_config(128, piece_chunks=128)
+    assert config == fused_config(128, stages=3, piece_chunks=128)
     launcher = PrefillLauncher(config, call)
     walk, start = launcher.fused.get_kernel_source(), launcher.warm_start.get_kernel_source()
     # Each CTA walks its piece's warm-up, then the piece: bounds per (piece, value head), outputs
