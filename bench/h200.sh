@@ -47,7 +47,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     run_group tests/test_gdn_decode_gpu.py &
     run_group tests/test_gdn_prefill_gpu.py -k equal &
     run_group tests/test_gdn_prefill_gpu.py -k varlen &
-    run_group tests/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide" &
+    run_group tests/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided" &
     run_group tests/test_gdn_op_gpu.py &
     run_group tests/test_tuned_default_agree.py &
     timeout 400 python3 bench/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
