@@ -85,13 +85,14 @@ def report(by_role: dict[str, list[Section]], minimum: float) -> str:
         lines.append(f"{role}: {total:.0f} samples; " +
                      ", ".join(f"{name} {count / total:.0%}" for name, count in reasons.most_common(6)))
         lines.append("  share | instructions | ends at | largest reasons")
-        small = [s for s in found if s.samples / total * 100 < minimum]
+        small, smaller = Section(last=""), 0
         for s in found:
-            if s not in small:
-                top = ", ".join(f"{name} {count / s.samples:.0%}" for name, count in s.reasons.most_common(2))
-                lines.append(f"  {s.samples / total:6.1%} | {s.count:4d} | {s.last[:56]} | {top}")
-        lines.append(f"  {sum(s.samples for s in small) / total:6.1%} | {sum(s.count for s in small):4d} | "
-                     f"{len(small)} smaller sections |")
+            if s.samples / total * 100 < minimum:
+                small.count, small.samples, smaller = small.count + s.count, small.samples + s.samples, smaller + 1
+                continue
+            top = ", ".join(f"{name} {count / s.samples:.0%}" for name, count in s.reasons.most_common(2))
+            lines.append(f"  {s.samples / total:6.1%} | {s.count:4d} | {s.last[:56]} | {top}")
+        lines.append(f"  {small.samples / total:6.1%} | {small.count:4d} | {smaller} smaller sections |")
     return "\n".join(lines)
 
 
