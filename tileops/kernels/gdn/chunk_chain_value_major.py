@@ -54,6 +54,10 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     assert not (matrix and masked), "the matrix moves take no mask"
     x_operand, output_rows = matrix_moves(dtype)
 
+    def kept(value, j, lo, hi):
+        """``value`` of token column j: zero outside lo..hi when the walk masks."""
+        return T.if_then_else(T.And(lo <= j, j < hi), value, 0.0) if masked else value
+
     @T.macro
     def two_products(a1, b1, c1, a2, b2, c2, clear: bool, transpose1: bool, transpose2: bool):
         """c1 (+)= a1 b1 and c2 (+)= a2 b2 (b transposed as asked): one wait for both when paired."""
@@ -81,23 +85,14 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
         if matrix:
             x_operand(x_a, ks_f, v_s, f_s, s, so, T.get_thread_binding())
-        elif masked:
-            for i, j in T.Parallel(BV, C):
-                x_a[i, j] = T.if_then_else(lo <= j and j < hi, v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], 0.0)
         else:
             for i, j in T.Parallel(BV, C):
-                x_a[i, j] = v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j]
+                x_a[i, j] = kept(v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], j, lo, hi)
         T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        if masked:
-            for i, j in T.Parallel(BV, C):
-                d_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j], 0.0)
-                dk_a[i, j] = T.if_then_else(lo <= j and j < hi, d_f[i, j] * f_s[so, 2, j], 0.0)
-                o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
-        else:
-            for i, j in T.Parallel(BV, C):
-                d_a[i, j] = d_f[i, j]
-                dk_a[i, j] = d_f[i, j] * f_s[so, 2, j]
-                o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+        for i, j in T.Parallel(BV, C):
+            d_a[i, j] = kept(d_f[i, j], j, lo, hi)
+            dk_a[i, j] = kept(d_f[i, j] * f_s[so, 2, j], j, lo, hi)
+            o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
         if paired:
             for i, j in T.Parallel(BV, K):
                 s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
