@@ -6,7 +6,7 @@ their A operand from registers), the instructions by kind: shared loads and stor
 CTA barriers, waits for the tensor cores. Also reports the kernel's local-memory spills and its
 dynamic shared memory. Needs nvcc and cuobjdump (``pip install triton`` carries one).
 
-    python bench/fused_sass_counts.py [--jobs 2]
+    python bench/fused_sass_counts.py [--jobs 2] [--variants "elementwise serial 3" ...]
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ VARIANTS = {
     "elementwise serial 3": dict(stages=3),
     "matrix serial 3": dict(walk_moves="matrix", stages=3),
     "matrix paired 3": dict(walk_moves="matrix", walk_issue="paired", stages=3),
+    "elementwise overlapped 3": dict(walk_issue="overlapped", stages=3),
+    "matrix overlapped 3": dict(walk_moves="matrix", walk_issue="overlapped", stages=3),
+    "tma-output serial 3": dict(walk_moves="tma-output", stages=3),
+    "tma-output overlapped 3": dict(walk_moves="tma-output", walk_issue="overlapped", stages=3),
 }
 COLUMNS = ("instructions", "LDS", "STS", "LDSM", "STSM", "BAR", "DEPBAR", "HGMMA")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
@@ -98,9 +102,10 @@ def spills(sass: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
     with ProcessPoolExecutor(args.jobs) as pool:
-        built = list(pool.map(build, VARIANTS))
+        built = list(pool.map(build, args.variants))
     header = ["walk variant (moves, waits, input stages)", *COLUMNS, "LDL/STL in kernel", "smem B"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))

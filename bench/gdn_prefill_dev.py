@@ -2,7 +2,7 @@
 
     python bench/gdn_prefill_dev.py --compile [--jobs N]   # fill TileLang's cache (works without a GPU)
     python bench/gdn_prefill_dev.py [--only check|time] [--rows B1 B4] [--weak-decay]  # on the GPU
-    ncu ... python bench/gdn_prefill_dev.py --profile         # one call of the second benchmark shape
+    ncu ... python bench/gdn_prefill_dev.py --profile [CONFIG_JSON]  # one call of the second benchmark shape
 
 Correctness: fresh random inputs per case, ‖out − ref‖ / ‖ref‖ on o and the final state against
 ``tileops.reference`` in float64. Timings: the four benchmark shapes (bf16, K = V = 128) with the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -102,6 +103,12 @@ FUSED = fused_config(128).model_dump()
 # The fused walk's variants: matrix moves with paired waits, and with three input stages.
 FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
 FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
+# The state update left running under the output (three input stages), with either move.
+OVERLAPPED = dict(walk_issue="overlapped", stages=3)
+MATRIX_OVERLAPPED = dict(walk_moves="matrix", walk_issue="overlapped", stages=3)
+# Whole output tiles stored by the copy engine, with either wait.
+TMA_SERIAL = dict(walk_moves="tma-output", stages=3)
+TMA_OVERLAPPED = dict(walk_moves="tma-output", walk_issue="overlapped", stages=3)
 # Pieces: sequences cut every 16 (32, 64, 128) chunks, each piece walked from its warm-up's state.
 def pieces(width: int, **variant) -> dict:
     return fused_config(128, piece_chunks=width, **variant).model_dump()
@@ -129,6 +136,20 @@ CHECKS = [
     Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused ahead", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True, gate=True,
          sigmoid=True, init=True,
          config=fused_config(64, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()),
+    Case("bf16 H16/32 K128 varlen mixed init fused overlapped", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
+         init=True, config=fused_config(128, **OVERLAPPED).model_dump()),
+    Case("bf16 H16/32 K128 varlen 1000 short fused matrix overlapped", BF, 16, 32, 128, lens=short_lengths(1000, 5),
+         init=True, config=fused_config(128, **MATRIX_OVERLAPPED).model_dump()),
+    Case("bf16 H16/32 K128 B8x130 init fused tma-output", BF, 16, 32, 128, batch=8, seq_len=130, init=True,
+         config=fused_config(128, **TMA_SERIAL).model_dump()),
+    Case("bf16 H16/32 K128 varlen 1000 short fused tma-output overlapped", BF, 16, 32, 128,
+         lens=short_lengths(1000, 6), init=True, config=fused_config(128, **TMA_OVERLAPPED).model_dump()),
+    Case("bf16 H16/32 K128 varlen mixed 12000 init pieces16 tma-output", BF, 16, 32, 128,
+         lens=mixed_lengths(12000, 16, 4), init=True, config=pieces(16, **TMA_OVERLAPPED)),
+    Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused tma-output", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True,
+         gate=True, sigmoid=True, init=True, config=fused_config(64, **TMA_SERIAL).model_dump()),
+    Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused overlapped", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True,
+         gate=True, sigmoid=True, init=True, config=fused_config(64, **OVERLAPPED).model_dump()),
     Case("bf16 H16/32 K128 B2x3000 init pieces16", BF, 16, 32, 128, batch=2, seq_len=3000, init=True,
          config=pieces(16)),
     Case("bf16 H16/32 K128 varlen mixed 12000 init pieces16", BF, 16, 32, 128, lens=mixed_lengths(12000, 16, 4),
@@ -146,15 +167,15 @@ BENCH = [
     Case("varlen16 T32768 HV32", BF, 16, 32, 128,
          lens=next(c.seqlens for c in PRESETS["qwen3-next"]["gdn"] if c.seqlens)),
 ]
-# Besides the default: the walk's variants, each shape's previous default timed last (the spread
-# against its other time, where it is the default too, is the noise band of the comparison).
-AHEAD = dict(walk_moves="matrix", walk_issue="paired", stages=3)
+# Besides the default: the walk's variants (the elementwise output first, the default before), each
+# shape's default timed again last (the spread against its first time is the noise band).
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [pieces(64), pieces(128, **AHEAD), pieces(128)],
-    "B8 T4096 HV32": [FUSED_BOTH, FUSED_AHEAD, FUSED],
-    "B4 T8192 HV16": [pieces(32), pieces(64, **AHEAD), pieces(64)],
-    # The default walks the 16 sequences uncut, longest first; FUSED in the order given.
-    "varlen16 T32768 HV32": [FUSED, pieces(32), pieces(128)],
+    "B1 T32768 HV32": [pieces(128, stages=3), pieces(128, **TMA_OVERLAPPED), pieces(128, **TMA_SERIAL)],
+    "B8 T4096 HV32": [fused_config(128, stages=3).model_dump(), fused_config(128, **OVERLAPPED).model_dump(),
+                      fused_config(128, **TMA_OVERLAPPED).model_dump(), fused_config(128, **TMA_SERIAL).model_dump()],
+    "B4 T8192 HV16": [pieces(64, stages=3), pieces(64, **TMA_OVERLAPPED), pieces(64, **TMA_SERIAL)],
+    # The default walks the 16 sequences uncut, longest first.
+    "varlen16 T32768 HV32": [pieces(128, stages=3), pieces(128, **TMA_OVERLAPPED), pieces(128, **TMA_SERIAL)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}
@@ -367,11 +388,12 @@ def time_pieces(launcher, x: dict) -> Optional[tuple[float, float]]:
     return warm, walk
 
 
-def profile_once() -> None:
-    """One call of the B8 benchmark shape with its default config, for a profiler to catch."""
+def profile_once(config: Optional[str]) -> None:
+    """One call of the B8 benchmark shape with its default config (or ``config``, JSON), for a
+    profiler to catch."""
     from tileops.kernels.gdn.prefill_launch import PrefillLauncher
 
-    case = BENCH[1]
+    case = BENCH[1] if config is None else dataclasses.replace(BENCH[1], config=json.loads(config))
     launcher = PrefillLauncher(case.cfg(), case.spec())
     args = args_of(make_inputs(case, torch.Generator(device="cuda").manual_seed(2)))
     launcher(*args)
@@ -383,7 +405,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     parser.add_argument("--only", choices=("check", "time"))
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", nargs="?", const="", default=None, metavar="CONFIG_JSON",
+                        help="one B8 call, with its default config or this one")
     parser.add_argument("--rows", nargs="*", default=None, help="time only the benchmark shapes whose name starts so")
     parser.add_argument("--checks", nargs="*", default=None, help="check only the cases whose name holds one of these")
     parser.add_argument("--weak-decay", action="store_true", help="gates 200x weaker (pieces' worst case)")
@@ -398,8 +421,8 @@ def main() -> None:
     if args.compile:
         compile_all(args.jobs)
         return
-    if args.profile:
-        profile_once()
+    if args.profile is not None:
+        profile_once(args.profile or None)
         return
     rows = []
     if args.only != "time":

@@ -69,21 +69,26 @@ def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sm
 def test_the_tuner_sees_every_layout():
     space = GDNPrefillConfig.choices()
     assert space["state_major"] == ("key", "value") and space["fused"] == (False, True)
-    assert space["walk_moves"] == ("elementwise", "matrix") and space["walk_issue"] == ("serial", "paired")
+    assert space["walk_moves"] == ("elementwise", "matrix", "tma-output")
+    assert space["walk_issue"] == ("serial", "paired", "overlapped")
     assert space["num_stages"] == (1, 2, 3)
 
 
 def test_default_fuses_once_every_sm_has_a_walk():
     # 8 sequences x 32 value heads = 256 walks >= 132 SMs; 4 x 32 = 128 walks of short sequences are too few.
-    assert default(spec(batch=8)) == fused_config(128, stages=3)
+    # Equal lengths no longer than a piece also walk as uncut pieces; longer ones whole.
+    assert default(spec(batch=8)) == fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=128)
+    assert default(spec(batch=8, tokens=16384)) == fused_config(128, walk_moves="tma-output", stages=3)
     packed = default(spec(mode="varlen", batch=16))
-    assert packed == fused_config(128, stages=3, piece_chunks=128)  # uncut pieces: one launch, longest first
+    # Uncut pieces: one launch, longest first.
+    assert packed == fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=128)
     assert not default(spec(batch=4, tokens=512)).fused
     assert not default(spec(batch=64, dim=64, heads=2, value_heads=4)).fused  # measured at 128 only
     call = spec(batch=8)
     for stages in (2, 3):
-        get_kernel("tl.gdn_prefill").validate_config(fused_config(128, stages=stages), call)
-        assert fused_smem_bytes(128, 2, stages) <= SMEM_BYTES
+        for moves in ("elementwise", "tma-output"):
+            get_kernel("tl.gdn_prefill").validate_config(fused_config(128, walk_moves=moves, stages=stages), call)
+            assert fused_smem_bytes(128, 2, stages, moves) <= SMEM_BYTES
 
 
 @pytest.mark.parametrize("config, dim, words", [
@@ -99,6 +104,8 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2, fused=True), 64, "min_blocks=1"),
     (dict(state_major="value", block_v=64, threads=128, walk_moves="matrix"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, walk_issue="paired"), 128, "key-major chain takes walk_issue='serial'"),
+    (dict(state_major="value", block_v=64, threads=128, walk_issue="overlapped"), 128, "two-pass chain's software"),
+    (dict(state_major="value", block_v=64, threads=128, walk_moves="tma-output"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
 ])
 def test_config_constraints(config, dim, words):
@@ -152,23 +159,30 @@ def test_fused_kernel_compiles_warp_specialised():
     assert launcher.prep is None and launcher.chain is None
     source = launcher.fused.get_kernel_source()
     # Two state warpgroups take registers from the first-pass warpgroup; inputs arrive by cp.async
-    # on the stage barriers; lengths stay run-time arguments.
+    # on the stage barriers; lengths stay run-time arguments (equal lengths walk as uncut pieces,
+    # their bounds in tables).
     assert "__launch_bounds__(384, 1)" in source
     assert "warpgroup_reg_alloc<192>" in source and "warpgroup_reg_dealloc<120>" in source
     assert "mbarrier_cp_async_arrive_noinc" in source and "wgmma_rs" in source
-    assert "int seq_len" in source and "int tokens" in source
+    assert "int pieces" in source and "int tokens" in source and "__restrict__ begin" in source
     # The first pass works on its accumulators: decays and masks, then the inverse on mma.sync in
     # fp16, with no fp32 tile of A in shared memory.
     assert "tileops_gdn::chunk_pairs<true>(" in source and "tileops_gdn::chunk_inverse(" in source
+    # The gates' prefix sums run while K Kᵀ and K Qᵀ do: between their issue and their wait.
+    first_pass = source[source.index("tileops_gdn::chunk_gates<true>("):]
+    assert first_pass.index("tl::wait_wgmma<0>();") < first_pass.index("tileops_gdn::chunk_pairs<true>(")
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16" in source and "wy_merge" not in source.split("}  // namespace")[-1]
     # T' and Mᵀ go to the stage by matrix stores; q, k and v arrive by the copy engine, one thread
     # issuing them, and the kernel launches with the shared memory the config check estimates.
     assert source.count("tileops_gdn::store_swizzled<__nv_bfloat16>(") == 2
     assert all(f"tl::tma_load({name}_desc" in source for name in "qkv") and "tl_shuffle_elect<256>" in source
     # By default three input stages: the first pass waits for the walk to leave a stage of its
-    # results, and the output has a tile of its own.
+    # results. The output goes out by the copy engine from two tiles of its own, whole chunks at
+    # once (the last, cut at the sequence's end, row by row), its reads of a tile waited for a
+    # chunk later.
     assert launcher.config.num_stages == 3 and "consumed[" in source and "void* o_s" in source
-    assert launch_smem(launcher.fused) == fused_smem_bytes(128, 2, 3) <= SMEM_BYTES
+    assert "tl::tma_store(o_desc" in source and "tl::tma_store_wait<1, true>();" in source
+    assert launch_smem(launcher.fused) == fused_smem_bytes(128, 2, 3, "tma-output") <= SMEM_BYTES
 
 
 def walker_barriers(source: str) -> int:
@@ -247,7 +261,7 @@ def test_pieces_compile_with_their_warm_start():
 
     call = spec(batch=1, tokens=32768)
     config = default(call)
-    assert config == fused_config(128, stages=3, piece_chunks=128)
+    assert config == fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=128)
     launcher = PrefillLauncher(config, call)
     walk, start = launcher.fused.get_kernel_source(), launcher.warm_start.get_kernel_source()
     # Each CTA walks its piece's warm-up, then the piece: bounds per (piece, value head), outputs

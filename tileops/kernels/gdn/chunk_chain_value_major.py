@@ -23,22 +23,26 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
               moves: str = "elementwise", issue: str = "serial", masked: bool = True):
-    """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
+    """Three macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
-    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
+    the output left in ``o_f``), ``settle`` (below) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
     the [S, C, ld] tiles ``o_s``, then rows lo..hi stored; with matrix moves the tiles may be the
     chunk's own V tiles).
 
     ``moves`` says how Vᵀ comes into registers and Oᵀ leaves them: ``"elementwise"`` through
     TileLang's own loads and stores (which synchronise the CTA around ``o_s``), ``"matrix"`` by
     ``walk_moves``' transposing matrix moves on tiles in the copy engine's swizzle, each warp
-    storing its own columns. The matrix moves
-    are opaque to TileLang's synchronisation, so they suit a kernel that orders the V tiles
-    itself (the fused kernel), not a software-pipelined loop.
+    storing its own columns. The matrix moves are opaque to TileLang's synchronisation, so they
+    suit a kernel that orders the V tiles itself (the fused kernel), not a software-pipelined
+    loop.
 
     ``issue`` says how the five products wait: ``"serial"`` each for itself, ``"paired"`` the two
     independent pairs (Sᵀ Kᵀ with Sᵀ Qᵀ, Δᵀ M with the state update) issued together with one
-    wait each, so a chunk waits on the tensor cores three times instead of five.
+    wait each, so a chunk waits on the tensor cores three times instead of five; ``"overlapped"``
+    keeps the tensor cores busy under the CUDA-core work that follows Δᵀ: the state is decayed
+    while Δᵀ M runs, and the state update is still running when ``step`` returns, so that the
+    caller's output overlaps it. ``settle`` then waits for it (a no-op in the other
+    modes); call it before the state is read or the chunk's K tile refilled.
 
     The chunk's tiles are stage ``s`` of ``q_s``, ``k_s`` and ``v_s`` and stage ``so`` of ``tp_s``,
     ``m_s`` and ``f_s`` (a tensor-core product takes a tile's part only along a leading
@@ -51,6 +55,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     accum = "float32"
     matrix = moves == "matrix"
     paired = issue == "paired"
+    overlapped = issue == "overlapped"
     assert not (matrix and masked), "the matrix moves take no mask"
     x_operand, output_rows = matrix_moves(dtype)
 
@@ -59,19 +64,45 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         return T.if_then_else(T.And(lo <= j, j < hi), value, 0.0) if masked else value
 
     @T.macro
+    def fence(c):
+        """No read of accumulator ``c`` moves above the wait before it (each thread holds half a row
+        of it per 64 value rows)."""
+        T.warpgroup_fence_operand(c, num_regs=c.shape[1] // 2)
+
+    @T.macro
     def two_products(a1, b1, c1, a2, b2, c2, clear: bool, transpose1: bool, transpose2: bool):
         """c1 (+)= a1 b1 and c2 (+)= a2 b2 (b transposed as asked): one wait for both when paired."""
         if paired:
             T.wgmma_gemm(a1, b1, c1, transpose_B=transpose1, clear_accum=clear, policy=ROWS)
             T.wgmma_gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
             T.wait_wgmma(0)
-            # Each thread holds half a row of an accumulator per 64 value rows: fence its registers
-            # so that no read of them is moved above the wait.
-            T.warpgroup_fence_operand(c1, num_regs=c1.shape[1] // 2)
-            T.warpgroup_fence_operand(c2, num_regs=c2.shape[1] // 2)
+            fence(c1)
+            fence(c2)
         else:
             T.gemm(a1, b1, c1, transpose_B=transpose1, clear_accum=clear, policy=ROWS)
             T.gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
+
+    @T.macro
+    def build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi):
+        """Xᵀ = Vᵀ − (Sᵀ Kᵀ) diag(f_x), the A operand of Xᵀ T'ᵀ."""
+        if matrix:
+            x_operand(x_a, ks_f, v_s, f_s, s, so, T.get_thread_binding())
+        else:
+            for i, j in T.Parallel(BV, C):
+                x_a[i, j] = kept(v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], j, lo, hi)
+
+    @T.macro
+    def delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi):
+        """Δᵀ and Δᵀ diag(f_s) as 16-bit A operands; Oᵀ's first term scaled by f_o."""
+        for i, j in T.Parallel(BV, C):
+            d_a[i, j] = kept(d_f[i, j], j, lo, hi)
+            dk_a[i, j] = kept(d_f[i, j] * f_s[so, 2, j], j, lo, hi)
+            o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+
+    @T.macro
+    def decay_state(s_f, f_s, so, hi):
+        for i, j in T.Parallel(BV, K):
+            s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
 
     @T.macro
     def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f):
@@ -82,26 +113,33 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         d_a = T.alloc_fragment([BV, C], dtype)
         dk_a = T.alloc_fragment([BV, C], dtype)
         T.copy(s_f, s_a)
+        # Overlapped, these wait one by one too: Xᵀ built under Sᵀ Qᵀ would keep the state's
+        # 16-bit copy live beside it, more registers than a state thread has (ptxas then
+        # serialises every product).
         two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
-        if matrix:
-            x_operand(x_a, ks_f, v_s, f_s, s, so, T.get_thread_binding())
-        else:
-            for i, j in T.Parallel(BV, C):
-                x_a[i, j] = kept(v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], j, lo, hi)
+        build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi)
         T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        for i, j in T.Parallel(BV, C):
-            d_a[i, j] = kept(d_f[i, j], j, lo, hi)
-            dk_a[i, j] = kept(d_f[i, j] * f_s[so, 2, j], j, lo, hi)
-            o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+        delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi)
         if paired:
-            for i, j in T.Parallel(BV, K):
-                s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
+            decay_state(s_f, f_s, so, hi)
             two_products(d_a, m_s[so, :, :], o_f, dk_a, k_s[s, :, :], s_f, False, not m_transposed, False)
+        elif overlapped:
+            T.wgmma_gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
+            decay_state(s_f, f_s, so, hi)  # under Δᵀ M
+            T.wgmma_gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+            T.wait_wgmma(1)  # Δᵀ M (groups complete in order): the output is whole, the update runs on
+            fence(o_f)
         else:
             T.gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
-            for i, j in T.Parallel(BV, K):
-                s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
+            decay_state(s_f, f_s, so, hi)
             T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+
+    @T.macro
+    def settle(s_f):
+        """Waits for an overlapped step's state update."""
+        if overlapped:
+            T.wait_wgmma(0)
+            fence(s_f)
 
     @T.macro
     def store_output(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi):
@@ -114,7 +152,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
                 if lo <= i and i < hi:
                     o[t0 + i, hv, v0 + j] = o_s[o_stage, i, j]
 
-    return step, store_output
+    return step, store_output, settle
 
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
@@ -130,7 +168,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
+    step, store_output, _ = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro

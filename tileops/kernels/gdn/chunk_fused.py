@@ -12,8 +12,9 @@ three; two of the first pass's results):
 - the first-pass warpgroup waits for a stage's inputs, applies ``chunk_prep``'s transforms,
   forms K Kᵀ and K Qᵀ on the tensor cores and turns them into T', Mᵀ and the factors on their
   accumulator registers (``first_pass_registers``: the gates' prefix sum restarts at the
-  sequence's start, so it needs no segment search; Mᵀ comes from K Qᵀ, so that one exponential
-  per pair of tokens serves A and M; the inverse goes by 16 × 16 blocks on mma.sync), stores
+  sequence's start, so it needs no segment search, and runs while the products do; Mᵀ comes
+  from K Qᵀ, so that one exponential per pair of tokens serves A and M; the inverse goes by
+  16 × 16 blocks on mma.sync), stores
   T' and Mᵀ to the stage by matrix stores in the swizzle the walkers' tensor cores read, and
   arrives on its ``ready`` barrier. With three input stages it may run two chunks ahead of the
   walk, so it first waits for the walk to leave the results' stage (``consumed``); with two, a
@@ -24,7 +25,10 @@ three; two of the first pass's results):
 The state never leaves registers and T', Mᵀ never leave shared memory, so a chunk's global
 traffic is its q, k, v, g, β in and o out. With three input stages and the matrix moves the
 output goes out through the chunk's own V tile (each warp writes back the columns it read, by
-``walk_moves``' matrix stores) instead of a tile of its own.
+``walk_moves``' matrix stores) instead of a tile of its own. With ``walk_moves='tma-output'`` a
+whole chunk's output goes out by the copy engine from two tiles of its own, issued by one thread
+(the last chunk of a sequence, cut at its end, row by row): a store reads one tile while the walk
+writes the next.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -66,6 +70,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
     through_v = ahead and walk_moves == "matrix"  # the output through the chunk's V tile, before its refill
+    by_copy_engine = walk_moves == "tma-output"  # whole output tiles stored by the copy engine, from two tiles
+    # The output before the next loads: through the V tile they refill, or under an overlapped
+    # step's state update, which reads the K tile they refill.
+    output_first = through_v or by_copy_engine or walk_issue == "overlapped"
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
@@ -78,13 +86,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
     # T' is zero in the rows and columns of tokens past the sequence's end (their β is), so the walk
     # needs no masks.
-    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True, moves=walk_moves,
-                                   issue=walk_issue, masked=False)
+    step, store_output, settle = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
+                                           moves=walk_moves, issue=walk_issue, masked=False)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
-    products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True)
-    pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype)
+    products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True, wait=False)
+    gates, pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype)
 
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
@@ -107,6 +115,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         b_s = T.alloc_shared([C], accum)
         rk_s = T.alloc_shared([C], accum)
         rq_s = T.alloc_shared([C], accum)
+        gates_l = T.alloc_local([2], accum)
         if row < C:
             if row < hi:
                 transform(gi_s[s, row], bi_s[s, row], a_log, dt_bias, hv, g_s, b_s, row)
@@ -114,12 +123,38 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 g_s[row] = 0.0
                 b_s[row] = 0.0
         products(q_s[s, :, :], k_s[s, :, :], rq_s, rk_s, a_f, mt_f)
+        gates(g_s, rk_s, rq_s, f_s, so, gates_l, hi, row)  # while the products run
+        T.wait_wgmma(0)
+        T.warpgroup_fence_operand(a_f, num_regs=C // 2)
+        T.warpgroup_fence_operand(mt_f, num_regs=C // 2)
         # Rows past the sequence's end have β = 0 and γ held, so they add nothing to A and only
         # reach outputs that are not stored.
-        pairs(a_f, mt_f, g_s, b_s, rk_s, rq_s, f_s, so, hi, row)
+        pairs(a_f, mt_f, gates_l, b_s, rk_s, rq_s, row)
         store_tile(mt_f, m_s, so, row)
         inverse(a_f, b_s, x_s, row)
         store_tile(a_f, tp_s, so, row)
+
+    @T.macro
+    def copy_engine_output(o_f, o_s, b, o, t0, hv, hi):
+        """Oᵀ transposed into output tile b, then stored by the copy engine when the chunk is whole
+        (rows past a sequence's end may be another's), else row by row. The store's reads of the
+        tile are waited for a chunk later (``T.tma_store_wait(1)`` before the refill's barrier)."""
+        for i, j in T.Parallel(V, C):
+            o_s[b, j, i] = o_f[i, j]
+        T.fence_proxy_async()  # the copy engine reads what these stores wrote
+        if hi == C:
+            T.tma_copy(o_s[b, :, :], o[t0:t0 + C, hv, :])
+        else:
+            for i, j in T.Parallel(C, V):
+                if i < hi:
+                    o[t0 + i, hv, j] = o_s[b, i, j]
+
+    @T.macro
+    def write_output(o_f, tile, s, o, t0, hv, hi):
+        if by_copy_engine:
+            copy_engine_output(o_f, tile, s, o, t0, hv, hi)
+        else:
+            store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
 
     @T.macro
     def emit_output(o_f, tile, s, o, t0, hv, hi, store_from):
@@ -127,9 +162,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         ``store_from`` on: a piece's warm-up skips them (a whole sequence stores from its start)."""
         if pieces:
             if t0 >= store_from:
-                store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
+                write_output(o_f, tile, s, o, t0, hv, hi)
         else:
-            store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
+            write_output(o_f, tile, s, o, t0, hv, hi)
 
     @T.macro
     def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from):
@@ -144,7 +179,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         f_s = T.alloc_shared([SO, 4, C], accum)
         T.annotate_layout({tp_s: swizzled(tp_s), m_s: swizzled(m_s), v_s: make_swizzled_layout(v_s)})
         if not through_v:
-            o_s = T.alloc_shared([1, C, V], dtype)
+            o_s = T.alloc_shared([2 if by_copy_engine else 1, C, V], dtype)
             T.annotate_layout({o_s: make_swizzled_layout(o_s)})
         loaded = T.alloc_barrier(arrive_count=[walkers] * S)
         ready = T.alloc_barrier(arrive_count=[WARPGROUP] * SO)
@@ -171,15 +206,22 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                     T.barrier_arrive(consumed[so])
                 if through_v:
                     emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)
+                elif output_first:
+                    emit_output(o_f, o_s, c % 2 if by_copy_engine else 0, o, t0, hv, hi, store_from)
+                settle(s_f)
+                if by_copy_engine:
+                    T.tma_store_wait(1)  # the store of the chunk before has read its tile
                 if c + S < windows:
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
-                if not through_v:
+                if not output_first:
                     emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
                     store_state(ht, s_f, out_row, hv, 0)
             else:
                 store_state(ht, s_f, out_row, hv, 0)
+            if by_copy_engine:
+                T.tma_store_wait(0, read=False)
         else:
             if shifted:
                 T.set_max_nreg(aux_regs, 0)

@@ -78,9 +78,11 @@ def row_rnorm(rows: int, width: int):
     return rnorm
 
 
-def key_products(*, rows: int, width: int, l2norm: bool, keys_first: bool = False):
+def key_products(*, rows: int, width: int, l2norm: bool, keys_first: bool = False, wait: bool = True):
     """A macro that writes the L2 norm's row factors of q and k (ones without the norm), then
-    K Kᵀ into ``a_f`` and Q Kᵀ into ``qk_f`` (K Qᵀ with ``keys_first``)."""
+    K Kᵀ into ``a_f`` and Q Kᵀ into ``qk_f`` (K Qᵀ with ``keys_first``). Without ``wait`` it only
+    starts the two products on one warpgroup's tensor cores; the caller waits for them
+    (``T.wait_wgmma(0)``) and fences their accumulators."""
     rnorm = row_rnorm(rows, width)
 
     @T.macro
@@ -93,11 +95,12 @@ def key_products(*, rows: int, width: int, l2norm: bool, keys_first: bool = Fals
                 rk_s[i] = 1.0
                 rq_s[i] = 1.0
 
-        T.gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
+        gemm = T.gemm if wait else T.wgmma_gemm
+        gemm(k_s, k_s, a_f, transpose_B=True, clear_accum=True)
         if keys_first:
-            T.gemm(k_s, q_s, qk_f, transpose_B=True, clear_accum=True)
+            gemm(k_s, q_s, qk_f, transpose_B=True, clear_accum=True)
         else:
-            T.gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
+            gemm(q_s, k_s, qk_f, transpose_B=True, clear_accum=True)
 
     return products
 

@@ -7,9 +7,9 @@ column 8n + 2(lane % 4) + c. Its 16 × 16 block b (columns 16b …) is elements 
 eight floats of an m16n8k16 accumulator pair, so a block turns into an mma.sync A operand by
 packing pairs and into a B operand by transposing its four 8 × 8 tiles (``movmatrix``).
 
-``chunk_pairs``: every warp forms the gates' prefix sum by shuffles (two tokens a lane), applies
-the decays and masks in place (A below the diagonal, Mᵀ on and above it, one exponential per
-pair) and writes the chunk's four factor rows.
+``chunk_gates``: every warp forms the gates' prefix sum by shuffles (two tokens a lane) and the
+chunk's four factor rows are written, while the products run. ``chunk_pairs`` then applies the
+decays and masks in place (A below the diagonal, Mᵀ on and above it, one exponential per pair).
 
 ``chunk_inverse``: with D_w the diagonal blocks of A, X_w = (I + D_w)⁻¹ and N_wj = X_w A_wj
 (j < w), I + A = X⁻¹ (I + N) and N⁴ = 0, so T'_wj = R_wj X_j diag(β_j) with R = (I + N)⁻¹ by
@@ -158,13 +158,15 @@ __device__ __forceinline__ void store_swizzled(const float* acc, void* tile, int
   }
 }
 
-// kk <- A and kq <- M^T in place of K K^T and K Q^T, and the chunk's factor rows f ([4][64]:
-// f_x, f_o, f_s, f_c), from its tokens' gates g and step sizes beta (zero past the sequence's
-// end, row hi - 1 its last) and with the L2 norm the inverse norms rk, rq of keys and queries.
+// The chunk's gates: gamma (log2 units) of tokens 2 lane and 2 lane + 1 into gates[0], gates[1]
+// (every warp forms the prefix sum by shuffles), and its factor rows f ([4][64]: f_x, f_o, f_s,
+// f_c) from its tokens' gates g (zero past the sequence's end, row hi - 1 its last) and with the
+// L2 norm the inverse norms rk, rq of keys and queries. Needs no product: it runs while K K^T and
+// K Q^T do.
 template <bool L2>
-__device__ __forceinline__ void chunk_pairs(float* kk, float* kq, const float* g, const float* beta, const float* rk,
-                                            const float* rq, float* f, float scale, int hi, int thread, int barrier) {
-  const int warp = thread >> 5, lane = thread & 31, t = lane & 3;
+__device__ __forceinline__ void chunk_gates(const float* g, const float* rk, const float* rq, float* f, float* gates,
+                                            float scale, int hi, int thread, int barrier) {
+  const int lane = thread & 31;
   group_barrier(barrier);  // the gates, step sizes and norms of this chunk are written
   const float2 x = *reinterpret_cast<const float2*>(g + 2 * lane);
   float s = x.x + x.y;
@@ -173,7 +175,31 @@ __device__ __forceinline__ void chunk_pairs(float* kk, float* kq, const float* g
     const float y = __shfl_up_sync(0xffffffffu, s, off);
     if (lane >= off) s += y;
   }
-  const float odd = s * kLog2e, even = (s - x.y) * kLog2e;  // gamma (log2 units) of tokens 2 lane + 1, 2 lane
+  const float odd = s * kLog2e, even = (s - x.y) * kLog2e;
+  gates[0] = even;
+  gates[1] = odd;
+  const int token = thread & 63;
+  const float te = __shfl_sync(0xffffffffu, even, token >> 1), to = __shfl_sync(0xffffffffu, odd, token >> 1);
+  const float le = __shfl_sync(0xffffffffu, even, (hi - 1) >> 1), lo = __shfl_sync(0xffffffffu, odd, (hi - 1) >> 1);
+  const float gt = (token & 1) ? to : te, last = ((hi - 1) & 1) ? lo : le;
+  const float key = L2 ? rk[token] : 1.f;
+  if (thread < 64) {
+    const float e = exp2_approx(gt);
+    f[token] = e * key;
+    f[64 + token] = scale * e * (L2 ? rq[token] : 1.f);
+  } else {
+    f[128 + token] = exp2_approx(last - gt) * key;
+    f[192 + token] = exp2_approx(last);
+  }
+}
+
+// kk <- A and kq <- M^T in place of K K^T and K Q^T, with the decays of chunk_gates' gates, the
+// step sizes beta and with the L2 norm the inverse norms rk, rq.
+template <bool L2>
+__device__ __forceinline__ void chunk_pairs(float* kk, float* kq, const float* gates, const float* beta,
+                                            const float* rk, const float* rq, float scale, int thread) {
+  const int warp = thread >> 5, lane = thread & 31, t = lane & 3;
+  const float even = gates[0], odd = gates[1];
   const int r0 = 16 * warp + (lane >> 2);
   float gr[2], br[2], kr[2];
 #pragma unroll
@@ -201,19 +227,6 @@ __device__ __forceinline__ void chunk_pairs(float* kk, float* kq, const float* g
         kq[e] = lower ? 0.f : kr[h] * (c ? qc.y : qc.x) * decay * kq[e];
       }
     }
-  }
-  const int token = thread & 63;
-  const float te = __shfl_sync(0xffffffffu, even, token >> 1), to = __shfl_sync(0xffffffffu, odd, token >> 1);
-  const float le = __shfl_sync(0xffffffffu, even, (hi - 1) >> 1), lo = __shfl_sync(0xffffffffu, odd, (hi - 1) >> 1);
-  const float gt = (token & 1) ? to : te, last = ((hi - 1) & 1) ? lo : le;
-  const float key = L2 ? rk[token] : 1.f;
-  if (thread < 64) {
-    const float e = exp2_approx(gt);
-    f[token] = e * key;
-    f[64 + token] = scale * e * (L2 ? rq[token] : 1.f);
-  } else {
-    f[128 + token] = exp2_approx(last - gt) * key;
-    f[192 + token] = exp2_approx(last);
   }
 }
 
@@ -322,10 +335,12 @@ __device__ __forceinline__ void chunk_inverse(float* a, const float* beta, void*
 
 
 def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
-    """Three macros for the 128 threads of the first-pass warpgroup (``thread`` 0..127), on the
-    64 × 64 accumulators of K Kᵀ (``kk_f``) and K Qᵀ (``kq_f``): ``pairs`` turns them into A and
-    Mᵀ and writes the factors into stage ``so`` of ``f_s`` ([S, 4, 64] fp32), from the chunk's
-    gates ``g_s`` and step sizes ``b_s`` (and norms ``rk_s``, ``rq_s``); ``inverse`` turns A into
+    """Four macros for the 128 threads of the first-pass warpgroup (``thread`` 0..127), on the
+    64 × 64 accumulators of K Kᵀ (``kk_f``) and K Qᵀ (``kq_f``): ``gates`` writes the factors
+    into stage ``so`` of ``f_s`` ([S, 4, 64] fp32) from the chunk's gates ``g_s`` (and norms
+    ``rk_s``, ``rq_s``) and leaves the thread's two prefix sums in the local ``gates_l`` (2 fp32),
+    needing no product; ``pairs`` turns the products into A and Mᵀ with those and the step sizes
+    ``b_s``; ``inverse`` turns A into
     T', ``x_s`` its exchange ([EXCHANGE_BLOCKS · 16, EXCHANGE_LD] fp16); ``store`` writes an
     accumulator in ``dtype`` to stage ``so`` of a [S, 64, 64] tile laid out by ``swizzled``.
     Needs ``wy_merge.SOURCE`` then ``SOURCE`` in the kernel's prelude. ``pairs`` and ``inverse``
@@ -334,11 +349,16 @@ def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
     half = HALF_TYPES[dtype]
 
     @T.macro
-    def pairs(kk_f, kq_f, g_s, b_s, rk_s, rq_s, f_s, so, hi, thread):
-        T.call_extern("handle", f"tileops_gdn::chunk_pairs<{flag}>", kk_f.data, kq_f.data,
-                      T.access_ptr(g_s[0], "r"), T.access_ptr(b_s[0], "r"), T.access_ptr(rk_s[0], "r"),
-                      T.access_ptr(rq_s[0], "r"), T.access_ptr(f_s[so, 0, 0], "w"), T.float32(scale), hi, thread,
-                      BARRIER)
+    def gates(g_s, rk_s, rq_s, f_s, so, gates_l, hi, thread):
+        T.call_extern("handle", f"tileops_gdn::chunk_gates<{flag}>", T.access_ptr(g_s[0], "r"),
+                      T.access_ptr(rk_s[0], "r"), T.access_ptr(rq_s[0], "r"), T.access_ptr(f_s[so, 0, 0], "w"),
+                      gates_l.data, T.float32(scale), hi, thread, BARRIER)
+
+    @T.macro
+    def pairs(kk_f, kq_f, gates_l, b_s, rk_s, rq_s, thread):
+        T.call_extern("handle", f"tileops_gdn::chunk_pairs<{flag}>", kk_f.data, kq_f.data, gates_l.data,
+                      T.access_ptr(b_s[0], "r"), T.access_ptr(rk_s[0], "r"), T.access_ptr(rq_s[0], "r"),
+                      T.float32(scale), thread)
 
     @T.macro
     def inverse(kk_f, b_s, x_s, thread):
@@ -350,7 +370,7 @@ def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
         T.call_extern("handle", f"tileops_gdn::store_swizzled<{half}>", acc_f.data, T.access_ptr(tile_s[so, 0, 0], "w"),
                       thread)
 
-    return pairs, inverse, store
+    return gates, pairs, inverse, store
 
 
 def swizzled(tile):

@@ -56,11 +56,13 @@ class GDNPrefillConfig(KernelConfig):
     ``fused`` runs the value-major walk over the whole state (``block_v`` = V) with the first
     pass in the same kernel, on one more warpgroup than ``threads`` counts; its ``num_stages``
     are its input stages, 2 or 3 (with 3 and the matrix moves its output goes out through the V
-    tile instead of a tile of its own). ``walk_moves`` and
+    tile instead of a tile of its own; the copy engine's output takes two tiles). ``walk_moves`` and
     ``walk_issue``: how the fused walk moves Vᵀ into registers and Oᵀ out, element by element
-    or by transposing 8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
+    (Oᵀ stored row by row, or whole tiles by the copy engine: ``"tma-output"``) or by transposing
+    8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
-    fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
+    fused kernel and the value-major chain), or run under its CUDA-core work (``"overlapped"``,
+    fused only). ``piece_chunks`` (fused only): cut sequences longer
     than that many chunks into pieces walked side by side, each after a short warm-up walk of
     the chunks before it (``pieces``, ``warm_start``); 0 walks every sequence whole."""
 
@@ -71,8 +73,8 @@ class GDNPrefillConfig(KernelConfig):
     num_stages: Literal[1, 2, 3] = 2
     min_blocks: Literal[1, 2] = 1
     fused: Literal[False, True] = False
-    walk_moves: Literal["elementwise", "matrix"] = "elementwise"
-    walk_issue: Literal["serial", "paired"] = "serial"
+    walk_moves: Literal["elementwise", "matrix", "tma-output"] = "elementwise"
+    walk_issue: Literal["serial", "paired", "overlapped"] = "serial"
     piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
     @model_validator(mode="after")
@@ -100,14 +102,16 @@ def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES, walk_mov
     """Shared memory of the fused kernel, exactly (TileLang packs its buffers, all multiples of
     256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, v, g, β), two of its
     T', M and factors, the output tile (none with three stages and the matrix moves, whose output
-    goes out through the V tile) and the first pass's work: four row vectors and the inverse's
-    exchange."""
+    goes out through the V tile; two for the copy engine's output, which stores one while the
+    next is written) and the first pass's work: four row vectors and the inverse's exchange."""
     from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BYTES  # here: it imports TileLang
 
     C, K, V = FUSED_CHUNK, dim_k, dim_k
     inputs = stages * ((2 * C * K + C * V) * elem + 2 * C * 4)
     results = FUSED_STAGES * (2 * C * C * elem + 4 * C * 4)
     output = 0 if stages > FUSED_STAGES and walk_moves == "matrix" else C * V * elem
+    if walk_moves == "tma-output":
+        output *= 2
     work = 4 * C * 4 + EXCHANGE_BYTES
     return inputs + results + output + work
 
@@ -179,6 +183,9 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.walk_moves != "elementwise":
         return (f"walk_moves={config.walk_moves!r} serves the fused kernel only (the two-pass chain's software "
                 f"pipeline orders its tiles by what it sees TileLang load); use walk_moves='elementwise'")
+    if config.walk_issue == "overlapped":
+        return ("walk_issue='overlapped' leaves the state update running past the step, which the fused kernel "
+                "orders and the two-pass chain's software pipeline does not; use 'serial' or 'paired'")
     if config.walk_issue != "serial" and config.state_major != "value":
         return (f"walk_issue={config.walk_issue!r} pairs the value-major walk's products; the key-major chain "
                 f"takes walk_issue='serial'")
@@ -253,15 +260,26 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     (B8 0.488). The walk being faster, the fused calls now take three input stages, so that a
     chunk's first pass need not wait for the walk two chunks back (``tileops-tune`` weighs them
     against two: the shipped winners are among its candidates).
+
+    With the first pass's prefix sums under its products and the output stored by the copy
+    engine (2026-12-01, night, same script, the build before in the same run): B1 0.412, B8
+    0.415, B4 0.228 and the 16 mixed sequences 0.408 ms against 0.435, 0.431-0.438, 0.239 and
+    0.433; the elementwise output loses (0.423, 0.441, 0.232, 0.421), and so does leaving the
+    state update running under it (``walk_issue='overlapped'``: 0.411, 0.420, 0.229, 0.408).
+    B8 walked as uncut pieces (the pieces' program, from per-CTA bounds) takes 0.397 ms against
+    0.414-0.418 for the whole-sequence program, twice each in one call.
     """
     walks = spec.batch * spec.value_heads
     per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
-    width = piece_width(walks, -(-per_sequence // FUSED_CHUNK))
+    chunks = -(-per_sequence // FUSED_CHUNK)
+    width = piece_width(walks, chunks)
     if spec.dim_v == 128 and (walks >= SMS or width):
-        # Packed calls walk in pieces even when none is cut: with host offsets, longest first.
-        pieces = width or (PIECE_WIDTHS[-1] if spec.mode == "varlen" else 0)
+        # Uncut pieces, one launch: packed calls then run longest first (host offsets), and equal
+        # lengths no longer than a piece walk faster than the whole-sequence program.
+        uncut = spec.mode == "varlen" or chunks <= PIECE_WIDTHS[-1]
+        pieces = width or (PIECE_WIDTHS[-1] if uncut else 0)
         # Three input stages: the first pass of a chunk need not wait for the walk two chunks back.
-        config = fused_config(spec.dim_v, stages=3, piece_chunks=pieces)
+        config = fused_config(spec.dim_v, walk_moves="tma-output", stages=3, piece_chunks=pieces)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)
