@@ -343,7 +343,7 @@ def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
     ``b_s``; ``inverse`` turns A into
     T', ``x_s`` its exchange ([EXCHANGE_BLOCKS · 16, EXCHANGE_LD] fp16); ``store`` writes an
     accumulator in ``dtype`` to stage ``so`` of a [S, 64, 64] tile laid out by ``swizzled``.
-    Needs ``wy_merge.SOURCE`` then ``SOURCE`` in the kernel's prelude. ``pairs`` and ``inverse``
+    Needs ``wy_merge.SOURCE`` then ``SOURCE`` in the kernel's prelude. ``gates`` and ``inverse``
     synchronise the warpgroup themselves."""
     flag = "true" if l2norm else "false"
     half = HALF_TYPES[dtype]

@@ -262,10 +262,11 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     against two: the shipped winners are among its candidates).
 
     With the first pass's prefix sums under its products and the output stored by the copy
-    engine (2026-12-01, night, same script, the build before in the same run): B1 0.412, B8
+    engine (2026-12-01, 17:30 UTC, same script, the build before in the same run): B1 0.412, B8
     0.415, B4 0.228 and the 16 mixed sequences 0.408 ms against 0.435, 0.431-0.438, 0.239 and
-    0.433; the elementwise output loses (0.423, 0.441, 0.232, 0.421), and so does leaving the
-    state update running under it (``walk_issue='overlapped'``: 0.411, 0.420, 0.229, 0.408).
+    0.433; the elementwise output loses (0.423, 0.441, 0.232, 0.421), and leaving the state
+    update running under it ties or loses (``walk_issue='overlapped'``: 0.411, 0.420, 0.229,
+    0.408).
     B8 walked as uncut pieces (the pieces' program, from per-CTA bounds) takes 0.397 ms against
     0.414-0.418 for the whole-sequence program, twice each in one call.
     """
