@@ -53,6 +53,8 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     timeout 400 python3 bench/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT/prefill-errors.log"
+    # One archive of the logs, so that few files come back.
+    (cd "$OUT" && tar czf test-logs.tar.gz test_*.log prefill-errors.log && rm -f test_*.log prefill-errors.log)
 fi
 if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
