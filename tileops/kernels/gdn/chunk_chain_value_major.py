@@ -34,7 +34,9 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     ``walk_moves``' transposing matrix moves on tiles in the copy engine's swizzle, each warp
     storing its own columns. The matrix moves are opaque to TileLang's synchronisation, so they
     suit a kernel that orders the V tiles itself (the fused kernel), not a software-pipelined
-    loop.
+    loop. ``"tma-output"``: Vᵀ elementwise, and Oᵀ through the tile to one TMA store of the whole
+    chunk, issued by one thread and not waited for (the caller waits before it rewrites the tile),
+    or row by row when the chunk is cut (hi < C: the rows past it may be another sequence's).
 
     ``issue`` says how the five products wait: ``"serial"`` each for itself, ``"paired"`` the two
     independent pairs (Sᵀ Kᵀ with Sᵀ Qᵀ, Δᵀ M with the state update) issued together with one
@@ -54,6 +56,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
     matrix = moves == "matrix"
+    by_copy_engine = moves == "tma-output"
     paired = issue == "paired"
     overlapped = issue == "overlapped"
     assert not (matrix and masked), "the matrix moves take no mask"
@@ -142,15 +145,26 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             fence(s_f)
 
     @T.macro
+    def tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi):
+        for i, j in T.Parallel(C, BV):
+            if lo <= i and i < hi:
+                o[t0 + i, hv, v0 + j] = o_s[o_stage, i, j]
+
+    @T.macro
     def store_output(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi):
         if matrix:
             output_rows(o_f, o_s, o_stage, o, t0, hv, v0, lo, hi, T.get_thread_binding())
         else:
             for i, j in T.Parallel(BV, C):
                 o_s[o_stage, j, i] = o_f[i, j]
-            for i, j in T.Parallel(C, BV):
-                if lo <= i and i < hi:
-                    o[t0 + i, hv, v0 + j] = o_s[o_stage, i, j]
+            if by_copy_engine:
+                T.fence_proxy_async()  # the copy engine reads what these stores wrote
+                if hi == C:
+                    T.tma_copy(o_s[o_stage, :, :], o[t0:t0 + C, hv, v0:v0 + BV])
+                else:
+                    tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi)
+            else:
+                tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi)
 
     return step, store_output, settle
 

@@ -135,36 +135,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         store_tile(a_f, tp_s, so, row)
 
     @T.macro
-    def copy_engine_output(o_f, o_s, b, o, t0, hv, hi):
-        """Oᵀ transposed into output tile b, then stored by the copy engine when the chunk is whole
-        (rows past a sequence's end may be another's), else row by row. The store's reads of the
-        tile are waited for a chunk later (``T.tma_store_wait(1)`` before the refill's barrier)."""
-        for i, j in T.Parallel(V, C):
-            o_s[b, j, i] = o_f[i, j]
-        T.fence_proxy_async()  # the copy engine reads what these stores wrote
-        if hi == C:
-            T.tma_copy(o_s[b, :, :], o[t0:t0 + C, hv, :])
-        else:
-            for i, j in T.Parallel(C, V):
-                if i < hi:
-                    o[t0 + i, hv, j] = o_s[b, i, j]
-
-    @T.macro
-    def write_output(o_f, tile, s, o, t0, hv, hi):
-        if by_copy_engine:
-            copy_engine_output(o_f, tile, s, o, t0, hv, hi)
-        else:
-            store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
-
-    @T.macro
     def emit_output(o_f, tile, s, o, t0, hv, hi, store_from):
         """The chunk's outputs out through ``tile`` (stage s of it), for chunks from token
         ``store_from`` on: a piece's warm-up skips them (a whole sequence stores from its start)."""
         if pieces:
             if t0 >= store_from:
-                write_output(o_f, tile, s, o, t0, hv, hi)
+                store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
         else:
-            write_output(o_f, tile, s, o, t0, hv, hi)
+            store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
 
     @T.macro
     def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from):

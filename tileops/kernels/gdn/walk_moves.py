@@ -110,6 +110,7 @@ __device__ __forceinline__ void output_rows(const float* o, void* tile_ptr, int 
 }  // namespace tileops_gdn
 """
 
+
 def matrix_moves(dtype: str):
     """Two macros for a value-major walk whose threads are ``thread`` 0..(rows / 16 · 32 − 1), on
     [S, 64, V] tiles laid out by ``make_swizzled_layout`` (``SOURCE``'s panels): ``x_operand``
