@@ -17,12 +17,16 @@ from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.gdn.decode_tile import thread_tile
+from tileops.kernels.gdn.prefill import SMS
 from tileops.kernels.registry import register
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 WIDTHS = (64, 128)
 MAX_CELLS = 64  # fp32 state cells a thread may hold in registers without spilling
 MAX_THREADS_PER_SM = 2048
+# 64-wide V tiles an SM must take for them to replace 32-wide ones: measured ahead at 124 (B256),
+# while up to B16 at HV32 (below 8) keeps the 32-wide tiles measured best there before.
+WIDE_TILES_PER_SM = 8
 
 
 class GDNDecodeConfig(KernelConfig):
@@ -79,13 +83,20 @@ def refuse(spec: CallSpec) -> Optional[str]:
 
 
 def default(spec: CallSpec) -> GDNDecodeConfig:
-    """32-wide V tiles; 64 state cells per thread key-major, 32 value-major.
+    """64 state cells per thread key-major, 32 value-major: many 16-byte loads in flight per
+    thread is what keeps HBM busy. 32-wide V tiles, or 64-wide for a 128-wide key-major state
+    once those tiles number WIDE_TILES_PER_SM an SM.
 
-    On the H200 (H16/HV32, K=V=128, bf16) these were the fastest or within noise of it from
-    B=1 to B=256: many 16-byte loads in flight per thread is what keeps HBM busy.
+    On the H200 (H16/HV32, K=V=128, bf16, key-major), B=256 (2026-12-01, the median of 50 calls
+    each, one process): 64-wide tiles of 128 threads 0.2624 ms, 32-wide of 64 threads 0.2694,
+    32-wide of 128 threads 0.2645, 128-wide of 256 threads 0.2709; a device-to-device copy of the
+    state 0.2580. A 64-wide tile reads its 128 rows as 256-byte runs instead of 128-byte ones.
     """
-    cells = 32 if spec.flag("state_v_first", False) else 64
-    return GDNDecodeConfig(block_v=32, threads=spec.dim_k * 32 // cells)
+    v_first = spec.flag("state_v_first", False)
+    cells = 32 if v_first else 64
+    tiles = spec.batch * spec.value_heads * spec.dim_v // 64
+    block_v = 64 if not v_first and spec.dim_k == 128 and tiles >= WIDE_TILES_PER_SM * SMS else 32
+    return GDNDecodeConfig(block_v=block_v, threads=spec.dim_k * block_v // cells)
 
 
 def build(config: GDNDecodeConfig, spec: CallSpec) -> Callable:
