@@ -62,10 +62,22 @@ def dump_programs(rows: list, indices: list[int], out: Path) -> None:
         except ValueError as err:  # a config this code does not know: no programs, so the row differs
             print(f"  row {index} does not build here: {str(err).splitlines()[0][:200]}", flush=True)
             continue
-        for name, program in sorted(vars(launcher).items()):
-            if hasattr(program, "get_kernel_source"):
-                (out / f"{index}-{name}.cu").write_text(program.get_kernel_source())
+        for name, program in launcher_programs(launcher).items():
+            (out / f"{index}-{name}.cu").write_text(program.get_kernel_source())
         print(f"  built row {index}: {row.kernel} {row.config}", flush=True)
+
+
+def launcher_programs(launcher) -> dict[str, object]:
+    """The compiled programs a launcher holds, by name: its attributes that are programs, and the
+    programs in its dicts (a launcher that keeps one per variant, compiled as they are first
+    called: those it built on construction)."""
+    found = {}
+    for name, value in sorted(vars(launcher).items()):
+        members = enumerate(value.values()) if isinstance(value, dict) else [(None, value)]
+        for position, program in members:
+            if hasattr(program, "get_kernel_source"):
+                found[name if position is None else f"{name}-{position}"] = program
+    return found
 
 
 def build_in(tree: Path, arch: str, indices: list[int], out: Path, cache: Path) -> subprocess.Popen:

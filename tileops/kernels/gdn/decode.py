@@ -87,10 +87,13 @@ def default(spec: CallSpec) -> GDNDecodeConfig:
     thread is what keeps HBM busy. 32-wide V tiles, or 64-wide for a 128-wide key-major state
     once those tiles number WIDE_TILES_PER_SM an SM.
 
-    On the H200 (H16/HV32, K=V=128, bf16, key-major), B=256 (2026-12-01, the median of 50 calls
-    each, one process): 64-wide tiles of 128 threads 0.2624 ms, 32-wide of 64 threads 0.2694,
-    32-wide of 128 threads 0.2645, 128-wide of 256 threads 0.2709; a device-to-device copy of the
-    state 0.2580. A 64-wide tile reads its 128 rows as 256-byte runs instead of 128-byte ones.
+    On the H200 (H16/HV32, K=V=128, bf16, key-major; 2026-12-01, medians of 50 calls, each
+    sweep in one process), B=256: 64-wide tiles of 128 threads 0.2624 and 0.2634 ms in two
+    sweeps, 32-wide of 64 threads 0.2694 and 0.2703, 32-wide of 128 threads 0.2645 and 0.2658,
+    128-wide of 256 threads 0.2709; a device-to-device copy of the state 0.2580. B=64: 0.0699,
+    0.0714 and 0.0710 for the first three. B=1: 0.0066, 0.0064 and 0.0060, inside the tuner's
+    noise band there. A 64-wide tile reads its 128 rows in 256-byte runs instead of 128-byte
+    ones, which is likely what the memory system prefers.
     """
     v_first = spec.flag("state_v_first", False)
     cells = 32 if v_first else 64
