@@ -61,6 +61,19 @@ def test_default_is_valid(batch, dim, v_first):
     KERNEL.validate_config(KERNEL.default(spec), spec)
 
 
+@pytest.mark.parametrize("batch,dim,v_first,block_v,threads", [
+    (16, 128, False, 32, 64),  # 1024 64-wide tiles: under 8 an SM, the 32-wide tiles stay
+    (17, 128, False, 64, 128),  # 1088: 8 an SM, 64-wide tiles of 128 threads (64 cells each)
+    (256, 128, False, 64, 128),
+    (256, 128, True, 32, 128),  # value-major keeps 32-wide tiles, 32 cells a thread
+    (256, 64, False, 32, 32),  # a 64-wide state keeps 32-wide tiles
+])
+def test_default_widens_the_tiles_of_a_128_wide_key_major_state_once_they_fill_the_sms(batch, dim, v_first, block_v,
+                                                                                      threads):
+    config = KERNEL.default(spec_for(batch=batch, dim=dim, v_first=v_first))
+    assert (config.block_v, config.threads) == (block_v, threads)
+
+
 @pytest.mark.parametrize("config,words", [
     (dict(block_v=128), "does not divide V=64"),
     (dict(block_v=16, threads=256), "do not tile"),
