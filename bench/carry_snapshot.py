@@ -32,7 +32,7 @@ def snapshot_path(arch: str) -> Path:
 
 def read_rows(arch: str) -> list:
     """The snapshot's winners, in file order."""
-    from db.jsonl import read_winners
+    from tileops.db.jsonl import read_winners
 
     rows, rejects = read_winners(snapshot_path(arch))
     if rejects:
@@ -51,7 +51,7 @@ def dump_programs(rows: list, indices: list[int], out: Path) -> None:
     """Write the generated CUDA of each listed row's programs into ``out`` (run with the tree to
     build from first on sys.path)."""
     from tileops.kernels.registry import get_kernel
-    from tuner.cases import Case, spec_for_arch
+    from tileops.tuner.cases import Case, spec_for_arch
 
     for index in indices:
         row = rows[index]
@@ -106,7 +106,7 @@ def compare(worktree: Path, arch: str, rows: list[int], tmp: Path) -> list[int]:
 
 
 def carry(against: str, arch: str, dry_run: bool) -> int:
-    from db.jsonl import export_winners
+    from tileops.db.jsonl import export_winners
 
     rows = read_rows(arch)
     hashes = current_hashes(rows)

@@ -23,7 +23,7 @@ ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
 
 def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
-    from tests.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, WIDE_LAYOUTS, WIDE_LENGTHS,
+    from tests.kernels.gdn.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, WIDE_LAYOUTS, WIDE_LENGTHS,
                                             call_spec, layout_config)
     from tileops.kernels.gdn.prefill import fused_config
 
@@ -54,9 +54,9 @@ def prefill_jobs() -> list[tuple]:
 
 def op_jobs() -> list[tuple]:
     """(config, spec) that dispatch picks for the op-level GPU tests' prefill calls."""
-    from dispatch.router import route
-    from tests.test_gdn_op_gpu import CASES
-    from tuner.cases import Case, spec_for_arch
+    from tileops.dispatch.router import route
+    from tests.kernels.gdn.test_gdn_op_gpu import CASES
+    from tileops.tuner.cases import Case, spec_for_arch
 
     cases = list(CASES) + [Case("gdn", 1, 397, 2, 4, 64, device="cuda", seqlens=(1, 64, 200, 3, 129))]
     jobs = []

@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
 from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config  # noqa: E402
-from tuner.gate import in_float64, relative_error  # noqa: E402
-from tuner.presets import PRESETS  # noqa: E402
+from tileops.tuner.gate import in_float64, relative_error  # noqa: E402
+from tileops.tuner.presets import PRESETS  # noqa: E402
 
 SMS = 132
 # Scales the gates of every case (--weak-decay sets it to 0.005, about e^-0.0004 a token: no

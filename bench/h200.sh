@@ -31,8 +31,8 @@ if [ "$STEP" = ab ]; then
     timeout 540 python3 bench/gdn_prefill_dev.py 2>&1 | tee "$OUT/ab.log"
 fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
-    timeout 500 python3 -m cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
-    python3 -m cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
+    timeout 500 python3 -m tileops.cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
+    python3 -m tileops.cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
     # The tests below check the winners just tuned; copy the file into the repository to ship them.
     cp "$OUT/sm90.jsonl" tileops/snapshots/sm90.jsonl
 fi
@@ -44,12 +44,12 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         name=$(basename "$1" .py)${3:+-${3%% *}}
         timeout 400 python3 -m pytest -q -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
     }
-    run_group tests/test_gdn_decode_gpu.py &
-    run_group tests/test_gdn_prefill_gpu.py -k equal &
-    run_group tests/test_gdn_prefill_gpu.py -k varlen &
-    run_group tests/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided" &
-    run_group tests/test_gdn_op_gpu.py &
-    run_group tests/test_tuned_default_agree.py &
+    run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
+    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &
+    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k varlen &
+    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided" &
+    run_group tests/kernels/gdn/test_gdn_op_gpu.py &
+    run_group tests/tuner/test_tuned_default_agree.py &
     timeout 400 python3 bench/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT/prefill-errors.log"
@@ -61,14 +61,14 @@ if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     # The peers' compiles (TileOPs through TileLang, FLA through Triton) land in the same folder,
     # which comes back packed: carried as .tlcache.tar.xz, it spares the next run their compiles.
     export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-$PWD/.tlcache} TRITON_CACHE_DIR=$PWD/.tlcache/triton
-    python3 -m cli.db warm 2>&1 | tail -n 2 | tee "$OUT/bench.log"  # shipped winners into the cache
-    timeout 540 python3 -m cli.bench --op gdn --out "$OUT" --peer-timeout 240 2>&1 | tee -a "$OUT/bench.log"
+    python3 -m tileops.cli.db warm 2>&1 | tail -n 2 | tee "$OUT/bench.log"  # shipped winners into the cache
+    timeout 540 python3 -m tileops.cli.bench --op gdn --out "$OUT" --peer-timeout 240 2>&1 | tee -a "$OUT/bench.log"
     tar cJf "$OUT/tlcache.tar.xz" -C "$TILELANG_CACHE_DIR/.." "$(basename "$TILELANG_CACHE_DIR")"
 fi
 if [ "$STEP" = cold ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
     # Each row starts from an empty cache that `tileops-db warm` then fills with every shipped
     # winner: about 400 s in all on the H200.
-    timeout 540 python3 -m cli.bench --op gdn --cold-start 2>&1 | tee "$OUT/cold.log"
-    python3 -m cli.bench --overhead 2>&1 | tee -a "$OUT/cold.log"
+    timeout 540 python3 -m tileops.cli.bench --op gdn --cold-start 2>&1 | tee "$OUT/cold.log"
+    python3 -m tileops.cli.bench --overhead 2>&1 | tee -a "$OUT/cold.log"
 fi

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from cli import wide_console
+from tileops.cli import wide_console
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, help="Benchmark tileops against its peers.")
@@ -60,7 +60,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def bench_rows(op: str) -> list:
     """The benchmark rows of ``op``."""
-    from cli.bench_cases import bench_cases
+    from tileops.cli.bench_cases import bench_cases
 
     return list(bench_cases(op))
 
@@ -79,7 +79,7 @@ def main_command(
 ) -> None:
     """Time ours and the peers on the op's benchmark rows; print a table, write JSON and a plot."""
     if cold_start:
-        from cli.cold_start import measure_cold_start
+        from tileops.cli.cold_start import measure_cold_start
 
         rows = bench_rows(op)
         firsts = [next(c for c in rows if c.tokens > 1), next(c for c in rows if c.tokens == 1)]
@@ -87,7 +87,7 @@ def main_command(
             console.print(f"{label}: first call {cold:.2f} s with an empty compile cache, {warm:.3f} s after warm")
         return
     if overhead:
-        from cli.overhead import measure
+        from tileops.cli.overhead import measure
 
         for name, value in measure().items():
             console.print(f"{name}: {value:.2f} µs")
@@ -95,7 +95,7 @@ def main_command(
     if replot is not None:
         rows = json.loads(replot.read_text())
     else:
-        from cli.bench_run import bench
+        from tileops.cli.bench_run import bench
 
         rows = bench(bench_rows(op), peers_path, peer_timeout)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tuner.cases import Case
-from tuner.presets import PRESETS
+from tileops.tuner.cases import Case
+from tileops.tuner.presets import PRESETS
 
 PEAK_TFLOPS = 790.0  # H200 bf16 dense, measured
 PEAK_TBPS = 4.3  # H200 copy bandwidth, measured

@@ -13,9 +13,9 @@ from typing import Optional
 
 import torch
 
-from cli.bench_cases import flops, floor_ms, state_bytes
-from tuner.cases import Case, make_inputs, make_op
-from tuner.timing import time_cuda
+from tileops.cli.bench_cases import flops, floor_ms, state_bytes
+from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.tuner.timing import time_cuda
 
 PEERS = ("fla", "tileops")
 PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")

@@ -13,7 +13,7 @@ from typing import Iterator
 
 _FIRST_CALL = r"""
 import json, time, torch
-from tuner.cases import Case, make_inputs, make_op
+from tileops.tuner.cases import Case, make_inputs, make_op
 case = Case.from_json({case!r})
 args = make_inputs(case, seed=0)
 op = make_op(case)
@@ -37,11 +37,11 @@ def first_call_seconds(case_json: str, env: dict | None = None) -> float:
 def measure_cold_start(cases: list) -> Iterator[tuple[str, float, float]]:
     """(label, cold s, warm s) per case, as each is measured: each in a fresh process over its own
     compile cache, first empty, then after `tileops-db warm` compiled the case's config into it."""
-    from db.schemas import WinnerRecord
-    from dispatch.key import key_for
-    from dispatch.router import route
+    from tileops.db.schemas import WinnerRecord
+    from tileops.dispatch.key import key_for
+    from tileops.dispatch.router import route
     from tileops.kernels.registry import get_kernel
-    from tuner.cases import make_inputs, make_op
+    from tileops.tuner.cases import make_inputs, make_op
 
     for case in cases:
         with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as folder:
@@ -59,9 +59,9 @@ def measure_cold_start(cases: list) -> Iterator[tuple[str, float, float]]:
 
 def _warm_in_fresh_process(record, env: dict) -> None:
     """Store the record and run `tileops-db warm` against that database and cache."""
-    from db.store import TuningStore
+    from tileops.db.store import TuningStore
 
     with TuningStore(env["TILEOPS_DB"]) as store:
         store.put_winner(record)
-    subprocess.run([sys.executable, "-m", "cli.db", "warm", "--db", env["TILEOPS_DB"]], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "tileops.cli.db", "warm", "--db", env["TILEOPS_DB"]], env=env, check=True,
                    capture_output=True, timeout=900)

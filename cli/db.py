@@ -14,19 +14,19 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 from alembic.util import CommandError
-from cli import wide_console
+from tileops.cli import wide_console
 from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from db import migrate
-from db.engine import display_url, make_engine, resolve_url, sqlite_path
-from db.errors import StoreError
-from db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
-from db.models import WINNER_SOURCES
-from db.schemas import WinnerRecord, record_key
-from db.store import TuningStore
+from tileops.db import migrate
+from tileops.db.engine import display_url, make_engine, resolve_url, sqlite_path
+from tileops.db.errors import StoreError
+from tileops.db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
+from tileops.db.models import WINNER_SOURCES
+from tileops.db.schemas import WinnerRecord, record_key
+from tileops.db.store import TuningStore
 
 app = typer.Typer(name="tileops-db", help="Inspect and maintain the tileops tuning database.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -68,7 +68,7 @@ def describe(error: Exception) -> str:
 def check_all(rows: list[WinnerRecord]) -> list[tuple[WinnerRecord, Optional[str]]]:
     """Each row with why dispatch cannot use it (None: it can)."""
     # Imported here: the kernel registry brings in torch, which only these commands need.
-    from db.validate import check_winner
+    from tileops.db.validate import check_winner
 
     return [(row, check_winner(row)) for row in rows]
 
@@ -248,10 +248,10 @@ def warm(db: Db = None,
     from tileops.device import current_arch
 
     try:
-        from dispatch.warm import compile_winner
+        from tileops.dispatch.warm import compile_winner
     except ImportError as error:
         fail(f"cannot warm: dispatch.warm.compile_winner is not available ({describe(error)})")
-    from dispatch.snapshot import shipped_winners
+    from tileops.dispatch.snapshot import shipped_winners
 
     arch = arch or current_arch()
     path = sqlite_path(resolve_url(db))

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from dispatch.router import launcher_for
+from tileops.dispatch.router import launcher_for
 from tileops.linear_attention import GDNFwdOp, register_target, unregister_target
 
 

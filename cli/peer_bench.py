@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tuner.timing import time_cuda  # noqa: E402
+from tileops.tuner.timing import time_cuda  # noqa: E402
 
 
 def inputs(case: dict) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
-from cli import wide_console
+from tileops.cli import wide_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -48,7 +48,7 @@ def tune(
                                                   "--arch into the compile cache (needs nvcc, not the GPU)."),
 ) -> None:
     """Run the studies and print the winners."""
-    from tuner.run import OPS, summary_rows, tune as run_tuning
+    from tileops.tuner.run import OPS, summary_rows, tune as run_tuning
 
     ops = list(OPS) if op == "all" else [op]
     unknown = [o for o in ops if o not in OPS]

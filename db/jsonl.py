@@ -14,8 +14,8 @@ from typing import IO, Any, Iterable, Union
 
 from pydantic import ValidationError
 
-from db.models import KEY_COLUMNS
-from db.schemas import WinnerRecord, describe_errors
+from tileops.db.models import KEY_COLUMNS
+from tileops.db.schemas import WinnerRecord, describe_errors
 
 
 def sort_key(record: WinnerRecord) -> tuple:

@@ -16,8 +16,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
-from db.engine import display_url
-from db.errors import SchemaOutOfDate, StoreError
+from tileops.db.engine import display_url
+from tileops.db.errors import SchemaOutOfDate, StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 

@@ -23,10 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from db.models import KEY_COLUMNS, RUN_STATUSES, TRIAL_STATUSES, WINNER_SOURCES
+from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, TRIAL_STATUSES, WINNER_SOURCES
 
 if TYPE_CHECKING:
-    from dispatch.key import TuningKey
+    from tileops.dispatch.key import TuningKey
 
 
 def canonical_json(value: Any) -> str:
@@ -147,7 +147,7 @@ class RunRecord(BaseModel):
 
 def record_key(record: KeyedRecord) -> "TuningKey":
     """The ``TuningKey`` of a trial or winner record."""
-    from dispatch.key import TuningKey  # here, not at the top: the dispatch package imports db
+    from tileops.dispatch.key import TuningKey  # here, not at the top: the dispatch package imports db
 
     return TuningKey(**{name: getattr(record, name) for name in KEY_COLUMNS})
 

@@ -15,15 +15,15 @@ from sqlalchemy import Select, delete, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.engine import display_url, make_engine, resolve_url, sqlite_path, sqlite_url
-from db.errors import DatabaseUnreadable, ReadOnlyStore, StoreError
-from db.migrate import ensure_current, require_current
-from db.models import KEY_COLUMNS, RUN_STATUSES, Base, Trial, TuningRun, Winner
-from db.retry import retry_locked
-from db.schemas import KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, utc_now
+from tileops.db.engine import display_url, make_engine, resolve_url, sqlite_path, sqlite_url
+from tileops.db.errors import DatabaseUnreadable, ReadOnlyStore, StoreError
+from tileops.db.migrate import ensure_current, require_current
+from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, Base, Trial, TuningRun, Winner
+from tileops.db.retry import retry_locked
+from tileops.db.schemas import KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, utc_now
 
 if TYPE_CHECKING:
-    from dispatch.key import TuningKey
+    from tileops.dispatch.key import TuningKey
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import ValidationError
 
-from db.schemas import WinnerRecord, describe_errors
+from tileops.db.schemas import WinnerRecord, describe_errors
 from tileops.kernels.registry import get_kernel
 
 

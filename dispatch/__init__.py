@@ -4,12 +4,12 @@
 (after the tuning database changed in this process).
 """
 
-from dispatch.explain import Explanation, explain
+from tileops.dispatch.explain import Explanation, explain
 
 
 def reset() -> None:
     """Forget resolved launchers, selections and the database handle; built kernels stay."""
-    from dispatch import lookup, router
+    from tileops.dispatch import lookup, router
 
     router.clear()
     lookup.reset()

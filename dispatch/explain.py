@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from dispatch.key import TuningKey
-from dispatch.router import route
+from tileops.dispatch.key import TuningKey
+from tileops.dispatch.router import route
 
 
 @dataclass(frozen=True)

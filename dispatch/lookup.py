@@ -11,10 +11,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
-from db.schemas import WinnerRecord
-from dispatch.key import TuningKey, key_for
-from dispatch.snapshot import shipped_matching
-from dispatch.userdb import UserDatabase
+from tileops.db.schemas import WinnerRecord
+from tileops.dispatch.key import TuningKey, key_for
+from tileops.dispatch.snapshot import shipped_matching
+from tileops.dispatch.userdb import UserDatabase
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig

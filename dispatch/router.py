@@ -10,8 +10,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from dispatch.compile_cache import built
-from dispatch.lookup import Selection, select
+from tileops.dispatch.compile_cache import built
+from tileops.dispatch.lookup import Selection, select
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef, Launcher
 from tileops.kernels.registry import get_kernel

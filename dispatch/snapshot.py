@@ -6,8 +6,8 @@ import functools
 import warnings
 from importlib import resources
 
-from db.jsonl import read_winners
-from db.schemas import WinnerRecord
+from tileops.db.jsonl import read_winners
+from tileops.db.schemas import WinnerRecord
 
 
 @functools.lru_cache(maxsize=None)

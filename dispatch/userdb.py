@@ -10,8 +10,8 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-from db.engine import resolve_url, sqlite_path
-from db.schemas import WinnerRecord
+from tileops.db.engine import resolve_url, sqlite_path
+from tileops.db.schemas import WinnerRecord
 
 
 class UserDatabase:
@@ -31,7 +31,7 @@ class UserDatabase:
             return []
         try:
             if self._store is None:
-                from db.store import TuningStore
+                from tileops.db.store import TuningStore
 
                 self._store = TuningStore(self.url, readonly=True)
             return self._store.winners(**filters)

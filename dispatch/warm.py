@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from db.schemas import WinnerRecord
-from dispatch.compile_cache import built
+from tileops.db.schemas import WinnerRecord
+from tileops.dispatch.compile_cache import built
 from tileops.device import current_arch
 from tileops.kernels.registry import get_kernel
-from tuner.cases import Case, make_inputs, make_op, spec_for_arch
+from tileops.tuner.cases import Case, make_inputs, make_op, spec_for_arch
 
 
 def compile_winner(record: WinnerRecord) -> None:

@@ -6,6 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+# The tuning-database fixtures (SQLite, PostgreSQL and MariaDB URLs, a tiny test kernel).
+pytest_plugins = ("tests.support.db",)
+
 
 @pytest.fixture
 def rng(request):

@@ -10,9 +10,9 @@ from typing import Optional
 import torch
 
 from tileops.kernels.registry import get_kernel
-from tuner.cases import Case, make_inputs, make_op
-from tuner.gate import TOLERANCE, worst_error
-from tuner.timing import time_call
+from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.tuner.gate import TOLERANCE, worst_error
+from tileops.tuner.timing import time_call
 
 
 @dataclass(frozen=True)

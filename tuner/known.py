@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from db.models import KEY_COLUMNS
-from db.store import TuningStore
-from dispatch.key import TuningKey
-from dispatch.snapshot import shipped_matching
+from tileops.db.models import KEY_COLUMNS
+from tileops.db.store import TuningStore
+from tileops.dispatch.key import TuningKey
+from tileops.dispatch.snapshot import shipped_matching
 
 
 def shipped_configs(key: TuningKey) -> list[dict]:

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import torch
 
-from dispatch.key import key_for
-from dispatch.router import first_accepting
+from tileops.dispatch.key import key_for
+from tileops.dispatch.router import first_accepting
 from tileops.targets import BUILTIN, REFERENCE
-from tuner.cases import OP_CLASSES, Case, make_inputs, make_op
-from tuner.study import KeyTask
+from tileops.tuner.cases import OP_CLASSES, Case, make_inputs, make_op
+from tileops.tuner.study import KeyTask
 
 
 def plan(case: Case, arch: str, device_name: str) -> tuple[KeyTask | None, str]:

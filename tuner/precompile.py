@@ -8,8 +8,8 @@ import time
 import traceback
 
 from tileops.kernels.registry import get_kernel
-from tuner.cases import Case, spec_for_arch
-from tuner.evaluate import Job, Outcome
+from tileops.tuner.cases import Case, spec_for_arch
+from tileops.tuner.evaluate import Job, Outcome
 
 
 class CompileOnlyWorker:

@@ -12,17 +12,17 @@ from typing import Callable, Optional
 
 import torch
 
-from db.schemas import RunRecord, WinnerRecord
-from db.store import TuningStore
+from tileops.db.schemas import RunRecord, WinnerRecord
+from tileops.db.store import TuningStore
 from tileops.device import current_arch, current_device_name
-from tuner.cases import Case
-from tuner.known import known_configs
-from tuner.plan import plan
-from tuner.precompile import CompileOnlyWorker
-from tuner.presets import cases_for
-from tuner.study import KeyStudy, KeyTask, open_storage
-from tuner.winner import Verdict, choose_winner
-from tuner.worker import CandidateWorker
+from tileops.tuner.cases import Case
+from tileops.tuner.known import known_configs
+from tileops.tuner.plan import plan
+from tileops.tuner.precompile import CompileOnlyWorker
+from tileops.tuner.presets import cases_for
+from tileops.tuner.study import KeyStudy, KeyTask, open_storage
+from tileops.tuner.winner import Verdict, choose_winner
+from tileops.tuner.worker import CandidateWorker
 
 OPS = ("deltanet", "gdn", "kda", "gla")
 

@@ -18,14 +18,14 @@ from typing import Callable, Iterable, Optional
 
 import optuna
 
-from db.engine import driver_url
-from db.schemas import TrialRecord
-from db.store import TuningStore
-from dispatch.key import TuningKey
+from tileops.db.engine import driver_url
+from tileops.db.schemas import TrialRecord
+from tileops.db.store import TuningStore
+from tileops.dispatch.key import TuningKey
 from tileops.kernels.base import KernelDef
-from tuner.cases import Case
-from tuner.evaluate import Job, Outcome
-from tuner.worker import CandidateWorker
+from tileops.tuner.cases import Case
+from tileops.tuner.evaluate import Job, Outcome
+from tileops.tuner.worker import CandidateWorker
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from db.schemas import TrialRecord
+from tileops.db.schemas import TrialRecord
 
 MIN_NOISE = 0.02
 MAX_NOISE = 0.5

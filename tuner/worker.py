@@ -8,12 +8,12 @@ import multiprocessing as mp
 from dataclasses import asdict
 from typing import Optional
 
-from tuner.evaluate import Job, Outcome
+from tileops.tuner.evaluate import Job, Outcome
 
 
 def _serve(conn) -> None:
     """The child's loop: one JSON job in, one JSON outcome out, until told to stop."""
-    from tuner.evaluate import evaluate
+    from tileops.tuner.evaluate import evaluate
 
     while True:
         message = conn.recv_bytes()

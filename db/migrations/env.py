@@ -8,9 +8,9 @@ tuning workers opening a new database at once create the schema exactly once.
 
 from alembic import context
 
-from db.engine import driver_url, make_engine, resolve_url
-from db.migrate import take_migration_lock
-from db.models import Base
+from tileops.db.engine import driver_url, make_engine, resolve_url
+from tileops.db.migrate import take_migration_lock
+from tileops.db.models import Base
 
 
 def _url() -> str:

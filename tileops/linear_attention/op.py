@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from dispatch.router import launcher_for, prepare
+from tileops.dispatch.router import launcher_for, prepare
 from tileops.callspec import CallSpec, make_flags
 from tileops.device import current_arch, device_facts
 from tileops.targets import BUILTIN, Target

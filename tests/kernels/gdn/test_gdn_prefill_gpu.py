@@ -1,0 +1,285 @@
+"""tl.gdn_prefill on an sm90 GPU against the float64 reference recurrence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config, refuse
+from tileops.linear_attention import GDNFwdOp
+from tileops.tuner.gate import in_float64, relative_error
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 (Hopper) GPU"),
+]
+
+TOL = 2e-2  # bf16 / fp16 operands in every product, fp32 accumulation and state
+
+
+def call_spec(*, mode, dtype, heads, value_heads, dim, batch, tokens, device_name=None, **flags) -> CallSpec:
+    """The sm90 call; ``device_name`` defaults to this machine's GPU (given, it needs none)."""
+    return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=dtype, device=torch.device("cuda"),
+                    arch="sm90", device_name=device_name or torch.cuda.get_device_name(), batch=batch, tokens=tokens,
+                    heads=heads, value_heads=value_heads, dim_k=dim, dim_v=dim,
+                    flags=make_flags(scale=dim ** -0.5, **flags))
+
+
+def inputs(gen, B, T, H, HV, D, dtype, *, n, init, logits, gate):
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    q, k = F.normalize(randn(B, T, H, D), dim=-1), F.normalize(randn(B, T, H, D), dim=-1)
+    v = randn(B, T, HV, D)
+    g = randn(B, T, HV) if gate else F.logsigmoid(randn(B, T, HV) + 2.0) * 0.5
+    beta = randn(B, T, HV) if logits else torch.rand(B, T, HV, generator=gen, device="cuda") * 0.8 + 0.1
+    h0 = randn(n, HV, D, D) * 0.1 if init else None
+    a_log = torch.rand(HV, generator=gen, device="cuda") * 1.5 - 2.0 if gate else None
+    dt_bias = 0.5 * randn(HV) if gate else None
+    return [x.to(dtype) for x in (q, k, v, g, beta)], h0, a_log, dt_bias
+
+
+OP_FLAGS = ("scale", "use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval",
+            "state_v_first", "use_gate_in_kernel")
+
+
+def reference(q, k, v, g, beta, h0, a_log, dt_bias, cu, spec):
+    """(o, final_state) of the float64 reference op on the same arguments."""
+    op = GDNFwdOp(**{name: spec.flag(name) for name in OP_FLAGS if spec.flag(name) is not None}, target="reference")
+    return op(*in_float64((q, k, v, g, beta, h0, cu, None, a_log, dt_bias)))
+
+
+def rel(out, ref):
+    assert torch.isfinite(out).all()
+    return relative_error(out, ref)
+
+
+CASES = [
+    dict(dtype=torch.bfloat16, heads=4, value_heads=8, dim=128, lengths=(200, 263)),
+    dict(dtype=torch.float16, heads=2, value_heads=4, dim=64, lengths=(130, 64), use_qk_l2norm_in_kernel=True,
+         use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True),
+    dict(dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, lengths=(97,), state_v_first=True,
+         use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True),
+]
+
+
+# The call's default, and each layout forced: every feature case runs on each. The fused kernel's
+# walk variants: "fused-matrix" moves Vᵀ and Oᵀ by transposing matrix loads and stores,
+# "fused-paired" waits for its independent products in pairs, "fused-ahead" does both with three
+# input stages, its first pass up to two chunks ahead, "fused-3" takes three input stages with the
+# elementwise moves and an output tile, "fused-overlapped" leaves the state update running under
+# the output, "fused-tma" (the large calls' default) stores whole output tiles by the copy engine;
+# "value-paired" is the two-pass value-major chain with paired waits; "fused-pieces" cuts
+# sequences into pieces of 16 chunks (the 1500-token one here).
+FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
+                 "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3), "fused-3": dict(stages=3),
+                 "fused-overlapped": dict(walk_issue="overlapped", stages=3),
+                 "fused-tma": dict(walk_moves="tma-output", stages=3), "fused-pieces": dict(piece_chunks=16)}
+LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
+
+
+def layout_config(layout: str, spec: CallSpec) -> GDNPrefillConfig:
+    """The config a test runs ``spec`` with in ``layout``."""
+    if layout in FUSED_LAYOUTS:
+        return fused_config(spec.dim_v, **FUSED_LAYOUTS[layout])
+    value = dict(state_major="value", block_v=64, threads=128, num_stages=2)
+    forced = {"key": dict(block_v=32, threads=256, num_stages=1), "value": value,
+              "value-paired": dict(value, walk_issue="paired")}.get(layout)
+    return default(spec) if forced is None else GDNPrefillConfig(**forced)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_equal_lengths_two_lengths_one_build(case, init, layout):
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    case = dict(case)
+    dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim", "lengths"))
+    B = 3
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=lengths[0], **case)
+    assert refuse(spec) is None
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
+    gen = torch.Generator(device="cuda").manual_seed(len(lengths) + init)
+    for T in lengths:  # a new length runs on the same compiled kernels
+        toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=B, init=init,
+                                          logits=spec.flag("use_beta_sigmoid_in_kernel"),
+                                          gate=spec.flag("use_gate_in_kernel"))
+        o, ht = launch(*toks, h0, None, None, a_log, dt_bias)
+        ro, rh = reference(*toks, h0, a_log, dt_bias, None, spec)
+        assert o.dtype == dtype and o.shape == (B, T, HV, D)
+        assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+@pytest.mark.parametrize("lengths", [
+    tuple(int(x) for x in torch.randint(0, 70, (1000,), generator=torch.Generator().manual_seed(0))),
+    (1500,),
+    (5, 64, 0, 129, 1, 700),
+])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_packed_varlen(lengths, layout):
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    H, HV, D, dtype = 2, 4, 64, torch.bfloat16
+    n, T = len(lengths), sum(lengths)
+    spec = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=n, tokens=T,
+                     use_qk_l2norm_in_kernel=True)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=n, init=True, logits=False, gate=False)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    o, ht = launch(*toks, h0, cu, cu.cpu(), None, None)
+    ro, rh = reference(*toks, h0, None, None, cu, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+WIDE_LENGTHS = (5, 64, 0, 1100, 129, 1, 3001, 700)
+WIDE_LAYOUTS = ("default", "fused", "fused-pieces")
+
+
+@pytest.mark.parametrize("layout", WIDE_LAYOUTS)
+def test_packed_wide_state_longest_first(layout):
+    # A 128-wide state: the default walks these uncut, longest first, and "fused" in their order;
+    # pieces of 16 cut the 3001 and 1100-token sequences, and their pieces run longest first too.
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    lengths = WIDE_LENGTHS
+    H, HV, D, dtype = 4, 32, 128, torch.bfloat16  # 256 walks: the default fuses
+    n, T = len(lengths), sum(lengths)
+    spec = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=n, tokens=T)
+    config = layout_config(layout, spec)
+    assert config.fused and bool(config.piece_chunks) == (layout != "fused")
+    launch = PrefillLauncher(config, spec)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    for init in (False, True):
+        toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=n, init=init, logits=False, gate=False)
+        o, ht = launch(*toks, h0, cu, cu.cpu(), None, None)
+        ro, rh = reference(*toks, h0, None, None, cu, spec)
+        assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+def test_strided_inputs_from_one_projection():
+    # q, k and v as views of one fused projection, as engines compute them: the launcher packs them.
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    B, T, H, HV, D, dtype = 2, 300, 4, 32, 128, torch.bfloat16
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=T)
+    launch = PrefillLauncher(fused_config(D), spec)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    (q, k, v, g, beta), h0, _, _ = inputs(gen, B, T, H, HV, D, dtype, n=B, init=True, logits=False, gate=False)
+    fused = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], dim=-1)
+    views = (fused[..., :H * D].view(B, T, H, D), fused[..., H * D:2 * H * D].view(B, T, H, D),
+             fused[..., 2 * H * D:].view(B, T, HV, D))
+    assert not any(x.is_contiguous() for x in views)
+    o, ht = launch(*views, g, beta, h0, None, None, None, None)
+    ro, rh = reference(q, k, v, g, beta, h0, None, None, None, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+def warm_begin_expected(k, g, beta, plan_rows, l2norm):
+    """Per (piece, value head) of ``plan_rows`` ((start, first) pairs): where ``warm_start`` should
+    begin, from the bound computed in float64 on the host, and how close the bound came to the cut."""
+    from tileops.kernels.gdn.warm_start import FORGOTTEN
+
+    HV = g.shape[1]
+    group = HV // k.shape[1]
+    squares = torch.ones_like(g, dtype=torch.float64) if l2norm else (
+        k.double().pow(2).sum(-1).repeat_interleave(group, dim=1))
+    a = g.double() + torch.log((1 - beta.double() * squares).abs()).clamp(min=0)
+    begins, margin = [], float("inf")
+    for start, first in plan_rows:
+        row = []
+        for hv in range(HV):
+            bound, at = 0.0, start
+            while at > first:
+                bound += float(a[at - 64:at, hv].sum())
+                at -= 64
+                if bound < FORGOTTEN:
+                    break
+            margin = min(margin, abs(bound - FORGOTTEN))
+            row.append(at)
+        begins.append(row)
+    return torch.tensor(begins, dtype=torch.int32), margin
+
+
+@pytest.mark.parametrize("decay, l2norm, beta_max, walked", [
+    (0.08, True, 1.0, "short"),  # real decays: a few chunks of warm-up
+    (0.002, True, 1.0, "whole"),  # weak ones: back to the sequence's start
+    (0.08, False, 1.0, None),  # keys of norm about 1.4: the bound's key term now and then
+    (0.08, False, 2.0, "whole"),  # steps that stretch the state: the key term outgrows the decay
+])
+def test_warm_start_stops_where_the_bound_drops_below_fp32_roundoff(decay, l2norm, beta_max, walked):
+    from tileops.kernels.gdn.pieces import host_plan
+    from tileops.kernels.gdn.prefill_launch import compile_warm_start
+
+    H, HV, D, T = 2, 4, 128, 8192
+    spec = call_spec(mode="prefill", dtype=torch.bfloat16, heads=H, value_heads=HV, dim=D, batch=1, tokens=T,
+                     use_qk_l2norm_in_kernel=l2norm)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    k = torch.randn(T, H, D, generator=gen, device="cuda").to(torch.bfloat16) * (1.0 if l2norm else 0.12)
+    g = -decay * torch.rand(T, HV, generator=gen, device="cuda") * 2
+    beta = torch.rand(T, HV, generator=gen, device="cuda") * beta_max
+    plan = host_plan((T,), 16, 64, HV, torch.device("cuda"))
+    begin = torch.empty(plan.count, HV, dtype=torch.int32, device="cuda")
+    init_row = torch.empty_like(begin)
+    no_gate = torch.zeros(HV, device="cuda")
+    compile_warm_start(fused_config(D, piece_chunks=16), spec)(k, g, beta, no_gate, no_gate, plan.start, plan.first,
+                                                              plan.seq, 1, begin, init_row)
+    expected, margin = warm_begin_expected(k, g, beta, list(zip(plan.start.tolist(), plan.first.tolist())), l2norm)
+    assert margin > 1e-3  # no cut so close to the threshold that fp32 and float64 could disagree
+    assert torch.equal(begin.cpu(), expected)
+    assert torch.equal(init_row.cpu(), torch.where(expected == 0, 0, -1).to(torch.int32))
+    if walked == "short":
+        assert (plan.start.cpu()[1:, None] - expected[1:]).max() <= 8 * 64
+    elif walked == "whole":
+        assert torch.equal(expected, torch.zeros_like(expected))
+
+
+PIECE_CASES = [
+    dict(dtype=torch.bfloat16, heads=4, value_heads=8, dim=128),
+    dict(dtype=torch.float16, heads=2, value_heads=4, dim=64, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+         use_beta_sigmoid_in_kernel=True, state_v_first=True),
+    dict(dtype=torch.bfloat16, heads=2, value_heads=4, dim=128, use_beta_sigmoid_in_kernel=True,
+         allow_neg_eigval=True),
+]
+PIECE_LENGTHS = (3000, 77, 1100, 0, 1024)  # the packed half of the test: two sequences cut, three whole
+
+
+@pytest.mark.parametrize("case", PIECE_CASES)
+@pytest.mark.parametrize("decay", ["real", "weak"])
+def test_pieces_of_long_sequences_match_the_reference(case, decay):
+    """Sequences cut into pieces of 16 chunks, each from its warm-up's state: under real decays the
+    warm-up is a few chunks, under weak ones it walks back to the sequence's start (and its initial
+    state); equal lengths with an initial state, then packed lengths with and without host offsets."""
+    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+
+    case = dict(case)
+    dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))
+    B, T = 2, 2500
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=T, **case)
+    config = fused_config(D, piece_chunks=16)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    flags = dict(logits=spec.flag("use_beta_sigmoid_in_kernel"), gate=spec.flag("use_gate_in_kernel"))
+    toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=B, init=True, **flags)
+    if decay == "weak":
+        toks[3] = (toks[3].float() * 0.01).to(dtype)
+        if a_log is not None:
+            a_log = a_log - 4.0
+    o, ht = PrefillLauncher(config, spec)(*toks, h0, None, None, a_log, dt_bias)
+    ro, rh = reference(*toks, h0, a_log, dt_bias, None, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+    lengths = PIECE_LENGTHS
+    varlen = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=len(lengths),
+                       tokens=sum(lengths), **case)
+    launch = PrefillLauncher(config, varlen)
+    toks, h0, a_log, dt_bias = inputs(gen, 1, sum(lengths), H, HV, D, dtype, n=len(lengths), init=True, **flags)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    ro, rh = reference(*toks, h0, a_log, dt_bias, cu, varlen)
+    for host in (cu.cpu(), None):  # without host offsets the sequences are walked whole
+        o, ht = launch(*toks, h0, cu, host, a_log, dt_bias)
+        assert rel(o, ro) < TOL and rel(ht, rh) < TOL

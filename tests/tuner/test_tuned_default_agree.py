@@ -1,0 +1,104 @@
+"""Tuned and default configs agree: for every winner — freshly tuned here, in $TILEOPS_DB when
+set, and in the shipped snapshots — the op's output under the winner equals its output under the
+kernel's default on fresh random inputs. A winner for another architecture must still validate,
+not be stale, and compile for its architecture when nvcc is present."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from importlib import resources
+
+import pytest
+
+from tileops.db.jsonl import read_winners
+from tileops.db.validate import check_winner
+from tileops.device import current_arch
+from tileops.kernels.registry import get_kernel
+from tileops.tuner.cases import Case, make_inputs, make_op, spec_for_arch
+from tileops.tuner.evaluate import gate_case
+from tileops.tuner.gate import TOLERANCE, worst_error
+
+
+def shipped() -> list:
+    """Every row of every shipped snapshot."""
+    folder = resources.files("tileops") / "snapshots"
+    rows = []
+    for item in sorted(folder.iterdir(), key=lambda p: p.name) if folder.is_dir() else []:
+        if item.name.endswith(".jsonl"):
+            records, rejects = read_winners(item)
+            assert not rejects, f"{item.name} has rows that do not validate: {rejects}"
+            rows += records
+    return rows
+
+
+def user_rows() -> list:
+    """The winners of the database named by $TILEOPS_DB, when the variable is set."""
+    if not os.environ.get("TILEOPS_DB"):
+        return []
+    from tileops.db.store import TuningStore
+
+    return TuningStore(os.environ["TILEOPS_DB"], readonly=True).winners()
+
+
+def _agree(record) -> None:
+    kernel = get_kernel(record.kernel)
+    case = gate_case(Case.from_json(record.call)).on("cuda" if record.arch.startswith("sm") else "cpu")
+    seed = random.SystemRandom().randrange(1 << 30)
+    spec, args = make_op(case).describe(*make_inputs(case, seed))
+    tuned = kernel.build(kernel.validate_config(record.config, spec), spec)(*args)
+    default = kernel.build(kernel.default(spec), spec)(*args)
+    error = worst_error(tuple(tuned), tuple(default))
+    assert error <= 2 * TOLERANCE[case.dtype], f"{record.kernel} {record.config}: {error:.3g} (seed {seed})"
+
+
+def _compiles_for_its_arch(record) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is absent: the compile check of a GPU winner needs it")
+    kernel = get_kernel(record.kernel)
+    spec = spec_for_arch(Case.from_json(record.call).smallest(), record.arch, record.device_name)
+    assert kernel.build(kernel.validate_config(record.config, spec), spec) is not None
+
+
+def check(record) -> None:
+    """The whole check for one winner."""
+    assert record.call, f"winner {record.kernel} does not record the call it was tuned on"
+    assert check_winner(record) is None, check_winner(record)
+    if record.arch == current_arch():
+        _agree(record)
+    else:
+        _compiles_for_its_arch(record)
+
+
+@pytest.mark.parametrize("record", shipped(), ids=lambda r: f"{r.kernel}-t{r.bucket_tokens}-r{r.bucket_rows}")
+def test_shipped_winner_agrees_with_default(record):
+    check(record)
+
+
+@pytest.mark.parametrize("record", user_rows(), ids=lambda r: f"{r.kernel}-t{r.bucket_tokens}-r{r.bucket_rows}")
+def test_user_winner_agrees_with_default(record):
+    check(record)
+
+
+# What each machine can tune: the reference kernels of every op on a CPU (a small fp32 call);
+# on an sm90 GPU the TileLang kernels, which exist for GDN (half precision, 64-wide state).
+FRESH_TUNING = {"cpu": (("gdn", "kda", "gla", "deltanet"), 16, "float32"), "sm90": (("gdn",), 64, "bfloat16")}
+
+
+def test_freshly_tuned_winners_agree_with_default(tmp_path):
+    from tileops.db.store import TuningStore
+    from tileops.tuner.run import tune
+
+    arch = current_arch()
+    if arch not in FRESH_TUNING:
+        pytest.skip(f"no kernels to tune on {arch}")
+    ops, width, dtype = FRESH_TUNING[arch]
+    db = f"sqlite:///{tmp_path / 'tuning.db'}"
+    for op in ops:  # tuned on this machine's device: timing needs it
+        tune([op], arch, ["B1xT160xH1xHV2"], width, dtype, 3, 120.0, db,
+             f"sqlite:///{tmp_path / 'o.db'}", lambda label, n: (lambda: None))
+    winners = TuningStore(db, readonly=True).winners()
+    assert {w.op for w in winners} == set(ops)
+    for record in winners:
+        check(record)
