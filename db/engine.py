@@ -15,10 +15,18 @@ from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from tileops.db.errors import DatabaseUnreadable
 
 DEFAULT_PATH = Path("~/.cache/tileops/tuning.db")
 BUSY_TIMEOUT_S = 30.0
 READ_BUSY_TIMEOUT_S = 2.0
+# A server that accepts a connection and never answers must not hang the caller: connecting
+# (handshake included) gives up after this long, and so does a reader's wait for one reply.
+CONNECT_TIMEOUT_S = 2
+READ_TIMEOUT_S = 2
+WRITE_TIMEOUT_S = 120
 
 # Backends named without a driver, and the driver that serves them: psycopg 3 and PyMySQL.
 _DEFAULT_DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg",
@@ -36,14 +44,13 @@ def resolve_url(db: Optional[str] = None) -> str:
     """The database URL: ``db``, else $TILEOPS_DB, else ``~/.cache/tileops/tuning.db``.
 
     A value containing ``://`` is a SQLAlchemy URL and is returned as given; anything else is a
-    path to a SQLite file, made absolute (its parent folders are created).
+    path to a SQLite file, made absolute. Nothing is created here: a writer's engine creates the
+    folders (``make_engine``), so that a reader never fails on a folder it cannot make.
     """
     value = db or os.environ.get("TILEOPS_DB") or str(DEFAULT_PATH)
     if "://" in value:
         return value
-    path = Path(value).expanduser().absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return sqlite_url(path)
+    return sqlite_url(Path(value).expanduser().absolute())
 
 
 def sqlite_url(path: Path) -> str:
@@ -76,18 +83,50 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
     connections are checked before use (servers drop idle ones).
 
     ``readonly`` opens SQLite through a ``mode=ro`` URI (the file is never created or written)
-    and PostgreSQL, MySQL and MariaDB with read-only transactions. Other backends are passed
-    through as given.
+    and PostgreSQL, MySQL and MariaDB with read-only transactions. A writer's SQLite file gets its
+    folders created. Servers get connect timeouts (and MySQL and MariaDB read timeouts: short for
+    a reader, long for a writer that may wait for locks). Other backends are passed through.
+
+    Raises ``DatabaseUnreadable`` for a SQLite path that exists but is not a regular file (a FIFO
+    would block forever) and for a URL that does not parse (a malformed port).
     """
-    parsed = driver_url(url)
-    backend = parsed.get_backend_name()
+    try:
+        parsed = driver_url(url)
+        backend = parsed.get_backend_name()
+    except (ValueError, ArgumentError) as err:
+        raise DatabaseUnreadable(f"the tuning database URL is malformed ({err}); "
+                                 "expected e.g. postgresql://user@host:5432/db or a file path") from None
     if backend == "sqlite":
         return _sqlite_engine(parsed, readonly=readonly)
-    connect_args = _READ_ONLY_CONNECT_ARGS.get(backend, {}) if readonly else {}
+    connect_args = dict(_READ_ONLY_CONNECT_ARGS.get(backend, {}) if readonly else {})
+    connect_args.update(_timeouts(backend, readonly))
     return create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
 
 
+def _timeouts(backend: str, readonly: bool) -> dict:
+    """The driver's connect (and, where it has one, read and write) timeouts for ``backend``."""
+    if backend == "postgresql":
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    if backend in ("mysql", "mariadb"):
+        wait_s = READ_TIMEOUT_S if readonly else WRITE_TIMEOUT_S
+        return {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": wait_s, "write_timeout": wait_s}
+    return {}
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse a SQLite path that exists but is not a regular file: a FIFO or a device would block
+    or mislead the connection, a folder cannot be a database."""
+    if path.exists() and not path.is_file():
+        raise DatabaseUnreadable(f"tuning database path {path} is not a regular file; "
+                                 "point --db or $TILEOPS_DB at a SQLite file")
+
+
 def _sqlite_engine(url: URL, *, readonly: bool) -> Engine:
+    if url.database not in (None, "", ":memory:") and not url.database.startswith("file:"):
+        path = Path(url.database)
+        check_regular_file(path)
+        if not readonly:
+            _make_folder(path.parent)
     if readonly and url.database not in (None, "", ":memory:"):
         url = url.set(database=f"file:{quote(url.database)}", query={"mode": "ro", "uri": "true"})
     # A reader (dispatch, on an op call's first lookup) waits briefly and then falls back; a
@@ -114,3 +153,12 @@ def _sqlite_engine(url: URL, *, readonly: bool) -> Engine:
         connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _make_folder(folder: Path) -> None:
+    """The folders of a database file a writer is about to create, with an error saying why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DatabaseUnreadable(f"cannot create the folder {folder} of the tuning database "
+                                 f"({err.strerror or err}); point --db or $TILEOPS_DB elsewhere") from None

@@ -1,24 +1,61 @@
-"""Read-only access to the user's tuning database that never breaks an op call.
+"""Read-only access to the user's tuning database that never breaks or stalls an op call.
 
-A missing database is simply empty. A corrupted, locked, unreadable or outdated one is reported
-once as a warning and then treated as empty, so dispatch falls back to the shipped snapshot and
-the defaults.
+A missing database is simply empty. One that cannot serve (corrupted, locked, unreadable,
+outdated, not a regular file, a malformed URL, a server that does not answer) is reported once
+as a ``TuningDatabaseWarning`` and then treated as empty, so dispatch falls back to the shipped
+snapshot and the defaults. No read waits longer than ``DEADLINE_S``, whatever the backend.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
-from tileops.db.engine import resolve_url, sqlite_path
+from tileops.db.engine import READ_BUSY_TIMEOUT_S, display_url, resolve_url, sqlite_path
 from tileops.db.schemas import WinnerRecord
+from tileops.errors import TuningDatabaseWarning
+
+T = TypeVar("T")
+
+# The longest an op call waits on the database; a read still running then is abandoned.
+DEADLINE_S = READ_BUSY_TIMEOUT_S
+
+
+class DatabaseTimeout(Exception):
+    """The database did not answer within the deadline."""
+
+
+def within_deadline(work: Callable[[], T], deadline_s: float = DEADLINE_S) -> T:
+    """``work()``, or ``DatabaseTimeout`` once ``deadline_s`` has passed without an answer.
+
+    The work runs in a daemon thread: a driver blocked on a silent socket cannot be interrupted,
+    so it is left behind (the database is then marked broken and never asked again).
+    """
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as err:  # handed to the caller's thread as it is
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, name="tileops-db-read", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        raise DatabaseTimeout(f"no answer within {deadline_s:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class UserDatabase:
     """The winners table of ``$TILEOPS_DB`` (or the default path), opened lazily, read-only."""
 
     def __init__(self, url: Optional[str] = None) -> None:
-        self.url = resolve_url(url)
+        self._requested = url
+        self.url: Optional[str] = None
         self._store = None
         self._broken = False
 
@@ -26,17 +63,29 @@ class UserDatabase:
         """Winners matching the key columns in ``filters``; [] when the database cannot serve."""
         if self._broken:
             return []
-        path = sqlite_path(self.url)
-        if path is not None and not path.exists():
-            return []
         try:
-            if self._store is None:
-                from tileops.db.store import TuningStore
-
-                self._store = TuningStore(self.url, readonly=True)
-            return self._store.winners(**filters)
+            if self.url is None:
+                self.url = resolve_url(self._requested)
+            path = sqlite_path(self.url)
+            if path is not None and not path.exists():
+                return []
+            return within_deadline(lambda: self._open().winners(**filters))
         except Exception as err:  # any database fault must leave the op call working
             self._broken = True
-            warnings.warn(f"tuning database {self.url} cannot be read ({type(err).__name__}: {err}); "
-                          "using the shipped snapshot and default configs", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"tuning database {self._shown()} cannot be read ({type(err).__name__}: {err}); "
+                          "using the shipped snapshot and default configs", TuningDatabaseWarning, stacklevel=3)
             return []
+
+    def _shown(self) -> str:
+        """The database's name as it may be printed (no password), even when it does not parse."""
+        try:
+            return display_url(self.url or resolve_url(self._requested))
+        except Exception:  # a URL that does not parse is shown by where it came from
+            return "named by --db or $TILEOPS_DB (malformed)"
+
+    def _open(self):
+        if self._store is None:
+            from tileops.db.store import TuningStore
+
+            self._store = TuningStore(self.url, readonly=True)
+        return self._store

@@ -1,18 +1,57 @@
 """Where the database is (resolve_url) and how SQLite connections are set up (make_engine)."""
 
+import os
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
+from tileops.db import engine as engine_module
 from tileops.db.engine import driver_url, make_engine, resolve_url
+from tileops.db.errors import DatabaseUnreadable
 
 
-def test_a_path_becomes_an_absolute_sqlite_url_with_its_folder_created(tmp_path, monkeypatch):
+def test_a_path_becomes_an_absolute_sqlite_url_and_only_a_writer_creates_its_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     url = resolve_url("nested/dir/tuning.db")
     assert url == f"sqlite:///{tmp_path}/nested/dir/tuning.db"
+    assert not (tmp_path / "nested").exists()
+    make_engine(url, readonly=True).dispose()
+    assert not (tmp_path / "nested").exists()
+    make_engine(url).dispose()
     assert (tmp_path / "nested" / "dir").is_dir()
     assert not (tmp_path / "nested" / "dir" / "tuning.db").exists()
+
+
+def test_a_folder_that_cannot_be_made_is_one_clear_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DatabaseUnreadable, match=f"cannot create the folder {tmp_path}/file/sub"):
+        make_engine(resolve_url(str(tmp_path / "file" / "sub" / "tuning.db")))
+
+
+def test_a_path_that_is_not_a_regular_file_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "fifo.db")
+    for readonly in (True, False):
+        with pytest.raises(DatabaseUnreadable, match="is not a regular file"):
+            make_engine(resolve_url(str(tmp_path / "fifo.db")), readonly=readonly)
+
+
+def test_a_malformed_url_is_one_clear_error_without_the_url():
+    with pytest.raises(DatabaseUnreadable, match="URL is malformed") as raised:
+        make_engine("postgresql://user:secret@host:port/db")
+    assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize("url, readonly, expected", [
+    ("postgresql://u@h/db", True, {"connect_timeout": 2}),
+    ("mysql://u@h/db", True, {"connect_timeout": 2, "read_timeout": 2, "write_timeout": 2}),
+    ("mariadb://u@h/db", False, {"connect_timeout": 2, "read_timeout": 120, "write_timeout": 120}),
+])
+def test_servers_get_connect_and_read_timeouts(url, readonly, expected, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(engine_module, "create_engine", lambda url, connect_args, **kw: seen.update(connect_args))
+    make_engine(url, readonly=readonly)
+    assert expected.items() <= seen.items()
 
 
 def test_the_argument_wins_then_the_environment_then_the_default(tmp_path, monkeypatch):
