@@ -51,7 +51,8 @@ def dump_programs(rows: list, indices: list[int], out: Path) -> None:
     """Write the generated CUDA of each listed row's programs into ``out`` (run with the tree to
     build from first on sys.path)."""
     from tileops.kernels.registry import get_kernel
-    from tileops.tuner.cases import Case, spec_for_arch
+    from tileops.cases import Case
+    from tileops.tuner.cases import spec_for_arch
 
     for index in indices:
         row = rows[index]

@@ -56,7 +56,8 @@ def op_jobs() -> list[tuple]:
     """(config, spec) that dispatch picks for the op-level GPU tests' prefill calls."""
     from tileops.dispatch.router import route
     from tests.kernels.gdn.test_gdn_op_gpu import CASES
-    from tileops.tuner.cases import Case, spec_for_arch
+    from tileops.cases import Case
+    from tileops.tuner.cases import spec_for_arch
 
     cases = list(CASES) + [Case("gdn", 1, 397, 2, 4, 64, device="cuda", seqlens=(1, 64, 200, 3, 129))]
     jobs = []

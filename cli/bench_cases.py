@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tileops.tuner.cases import Case
+from tileops.cases import Case
 from tileops.tuner.presets import PRESETS
 
 PEAK_TFLOPS = 790.0  # H200 bf16 dense, measured

@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 
 from tileops.cli.bench_cases import flops, floor_ms, state_bytes
-from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op
 from tileops.tuner.timing import time_cuda
 
 PEERS = ("fla", "tileops")

@@ -13,7 +13,8 @@ from typing import Iterator
 
 _FIRST_CALL = r"""
 import json, time, torch
-from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op
 case = Case.from_json({case!r})
 args = make_inputs(case, seed=0)
 op = make_op(case)

@@ -68,9 +68,9 @@ def describe(error: Exception) -> str:
 def check_all(rows: list[WinnerRecord]) -> list[tuple[WinnerRecord, Optional[str]]]:
     """Each row with why dispatch cannot use it (None: it can)."""
     # Imported here: the kernel registry brings in torch, which only these commands need.
-    from tileops.db.validate import check_winner
+    from tileops.dispatch.usable import usable
 
-    return [(row, check_winner(row)) for row in rows]
+    return [(row, usable(row)[1]) for row in rows]
 
 
 KEY_HEADERS = ("op", "kernel", "arch", "dtype", "KxV", "flags", "bucket", "device")
@@ -248,9 +248,9 @@ def warm(db: Db = None,
     from tileops.device import current_arch
 
     try:
-        from tileops.dispatch.warm import compile_winner
+        from tileops.tuner.warm import compile_winner
     except ImportError as error:
-        fail(f"cannot warm: dispatch.warm.compile_winner is not available ({describe(error)})")
+        fail(f"cannot warm: tileops.tuner.warm.compile_winner is not available ({describe(error)})")
     from tileops.dispatch.snapshot import shipped_winners
 
     arch = arch or current_arch()

@@ -1,6 +1,6 @@
 """The tables: tuning runs, every measured trial, and one winning config per tuning key.
 
-The key columns carry the names of the fields of ``dispatch.key.TuningKey``, so a key and a row
+The key columns carry the names of the fields of ``tileops.db.key.TuningKey``, so a key and a row
 convert field by field. Configs and flags are canonical JSON text (sorted keys, no spaces): equal
 configs are equal strings, which is what lets the tuner skip a config it has already measured.
 """
@@ -26,9 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# The fields of dispatch.key.TuningKey, in order (spelled out: dispatch imports db, not the reverse).
-KEY_COLUMNS = ("op", "kernel", "arch", "device_name", "dtype", "dim_k", "dim_v", "flags",
-               "bucket_tokens", "bucket_rows")
+from tileops.db.key import KEY_COLUMNS
 
 TRIAL_STATUSES = ("ok", "compile_error", "wrong", "crashed", "timeout", "invalid")
 WINNER_SOURCES = ("tuned", "shipped", "user")

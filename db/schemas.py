@@ -1,7 +1,7 @@
 """Validated records of the tuning database: what the store takes and returns, and what a JSONL
 line holds.
 
-Field names are the column names (the key flattened, as in ``dispatch.key.TuningKey``), except
+Field names are the column names (the key flattened, as in ``tileops.db.key.TuningKey``), except
 ``config``: a dict here, canonical JSON text in the database. Times are zone-aware UTC. String
 limits are the column widths, so a record that validates also fits its row on every backend.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (
     AfterValidator,
@@ -23,15 +23,13 @@ from pydantic import (
     model_validator,
 )
 
+from tileops.db.key import TuningKey
 from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, TRIAL_STATUSES, WINNER_SOURCES
-
-if TYPE_CHECKING:
-    from tileops.dispatch.key import TuningKey
 
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal values give equal text (for flags, the same
-    text as ``dispatch.key.flags_json``)."""
+    text as ``tileops.db.key.flags_json``)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -145,10 +143,8 @@ class RunRecord(BaseModel):
     status: Literal[RUN_STATUSES] = "running"
 
 
-def record_key(record: KeyedRecord) -> "TuningKey":
+def record_key(record: KeyedRecord) -> TuningKey:
     """The ``TuningKey`` of a trial or winner record."""
-    from tileops.dispatch.key import TuningKey  # here, not at the top: the dispatch package imports db
-
     return TuningKey(**{name: getattr(record, name) for name in KEY_COLUMNS})
 
 

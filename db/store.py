@@ -8,7 +8,7 @@ tuning processes can share one file without losing rows.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import Select, delete, select
@@ -17,13 +17,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tileops.db.engine import display_url, make_engine, resolve_url, sqlite_path, sqlite_url
 from tileops.db.errors import DatabaseUnreadable, ReadOnlyStore, StoreError
+from tileops.db.key import TuningKey
 from tileops.db.migrate import ensure_current, require_current
 from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, Base, Trial, TuningRun, Winner
 from tileops.db.retry import retry_locked
 from tileops.db.schemas import KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, utc_now
-
-if TYPE_CHECKING:
-    from tileops.dispatch.key import TuningKey
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)
@@ -156,7 +154,7 @@ class TuningStore:
         query = select(Trial).where(*_conditions(Trial, filters, TRIAL_FILTERS)).order_by(Trial.id)
         return self._read(query, TrialRecord)
 
-    def find_trial(self, key: "TuningKey", config_json: str,
+    def find_trial(self, key: TuningKey, config_json: str,
                    source_hash: Optional[str] = None) -> Optional[TrialRecord]:
         """The latest trial of this config for this key (of this kernel source, when given).
 

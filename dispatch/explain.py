@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tileops.dispatch.key import TuningKey
+from tileops.db.key import TuningKey
 from tileops.dispatch.router import route
 
 

@@ -1,45 +1,16 @@
-"""The tuning key: which row of the tuning database applies to a call."""
+"""The tuning key of a call: which rows of the tuning database apply to it."""
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 
 from tileops.callspec import CallSpec
+from tileops.db.key import TuningKey, flags_json
 
 
 def log2_bucket(n: int) -> int:
     """ceil(log2(n)) for n >= 1: the bucket of a size, so that 3000 and 4096 share one."""
     return max(0, math.ceil(math.log2(max(1, n))))
-
-
-def flags_json(flags: tuple[tuple[str, object], ...]) -> str:
-    """Canonical JSON text of a flag tuple: the form a key stores and compares."""
-    return json.dumps(dict(flags), sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class TuningKey:
-    """One tuning key. ``flags`` is the canonical JSON of the call's tuned flags and its mode;
-    ``bucket_tokens`` is log2 of tokens per sequence (0 for decode),
-    ``bucket_rows`` log2 of sequences × value heads: the two sizes that move the best config."""
-
-    op: str
-    kernel: str
-    arch: str
-    device_name: str
-    dtype: str
-    dim_k: int
-    dim_v: int
-    flags: str
-    bucket_tokens: int
-    bucket_rows: int
-
-    @property
-    def family(self) -> tuple:
-        """The key without device and bucket: rows that may stand in for one another."""
-        return (self.op, self.kernel, self.arch, self.dtype, self.dim_k, self.dim_v, self.flags)
 
 
 def tokens_per_sequence(spec: CallSpec) -> int:

@@ -11,11 +11,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tileops.db.schemas import WinnerRecord
-from tileops.dispatch.key import TuningKey, key_for
-from tileops.dispatch.snapshot import shipped_matching
-from tileops.dispatch.userdb import UserDatabase
 from tileops.callspec import CallSpec
+from tileops.db.key import TuningKey
+from tileops.db.schemas import WinnerRecord
+from tileops.dispatch.key import key_for
+from tileops.dispatch.snapshot import shipped_matching
+from tileops.dispatch.usable import usable
+from tileops.dispatch.userdb import UserDatabase
+from tileops.errors import TuningRowWarning
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 
@@ -50,18 +53,6 @@ def reset() -> None:
     _user_db = None
 
 
-def _usable(kernel: KernelDef, row: WinnerRecord, spec: CallSpec) -> tuple[Optional[KernelConfig], str]:
-    """(config, "") for a row this call can use, else (None, why not)."""
-    if row.source_hash != kernel.source_hash:
-        return None, f"stale: tuned for source {row.source_hash}, kernel is now {kernel.source_hash}"
-    try:
-        return kernel.validate_config(row.config, spec), ""
-    except ValueError as err:
-        warnings.warn(f"tuning row for {kernel.name} ({row.device_name}, t{row.bucket_tokens}/r{row.bucket_rows}) "
-                      f"skipped: {err}", RuntimeWarning, stacklevel=2)
-        return None, f"invalid config {row.config}: {err}"
-
-
 def _distance(key: TuningKey, row: WinnerRecord) -> tuple[int, int]:
     """(other device, bucket distance): how far a row's key is from the call's."""
     return (int(row.device_name != key.device_name),
@@ -89,8 +80,12 @@ def _choose(kernel: KernelDef, spec: CallSpec, key: TuningKey) -> Selection:
     candidates = []
     for rank, (source, rows) in enumerate(sources):
         for row in rows:
-            config, why = _usable(kernel, row, spec)
+            config, why = usable(row, spec, kernel)
             if config is None:
+                if why.startswith("invalid"):
+                    warnings.warn(f"{source} tuning row for {kernel.name} ({row.device_name}, "
+                                  f"t{row.bucket_tokens}/r{row.bucket_rows}) skipped: {why}", TuningRowWarning,
+                                  stacklevel=4)
                 passed_over.append(f"{source} row {row.device_name} t{row.bucket_tokens}/r{row.bucket_rows}: {why}")
                 continue
             device, buckets = _distance(key, row)

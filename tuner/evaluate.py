@@ -10,7 +10,8 @@ from typing import Optional
 import torch
 
 from tileops.kernels.registry import get_kernel
-from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op
 from tileops.tuner.gate import TOLERANCE, worst_error
 from tileops.tuner.timing import time_call
 

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from tileops.db.models import KEY_COLUMNS
 from tileops.db.store import TuningStore
-from tileops.dispatch.key import TuningKey
+from tileops.db.key import TuningKey
 from tileops.dispatch.snapshot import shipped_matching
 
 

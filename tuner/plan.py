@@ -9,7 +9,8 @@ import torch
 from tileops.dispatch.key import key_for
 from tileops.dispatch.router import first_accepting
 from tileops.targets import BUILTIN, REFERENCE
-from tileops.tuner.cases import OP_CLASSES, Case, make_inputs, make_op
+from tileops.cases import OP_CLASSES, Case
+from tileops.tuner.cases import make_inputs, make_op
 from tileops.tuner.study import KeyTask
 
 

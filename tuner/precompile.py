@@ -8,7 +8,8 @@ import time
 import traceback
 
 from tileops.kernels.registry import get_kernel
-from tileops.tuner.cases import Case, spec_for_arch
+from tileops.cases import Case
+from tileops.tuner.cases import spec_for_arch
 from tileops.tuner.evaluate import Job, Outcome
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from tileops.tuner.cases import Case
+from tileops.cases import Case
 
 # Qwen3-Next / Qwen3.5 GDN layers: 16 query-key heads, 32 value heads, 128-wide state.
 _QWEN = dict(heads=16, value_heads=32, dim=128)

@@ -15,7 +15,7 @@ import torch
 from tileops.db.schemas import RunRecord, WinnerRecord
 from tileops.db.store import TuningStore
 from tileops.device import current_arch, current_device_name
-from tileops.tuner.cases import Case
+from tileops.cases import Case
 from tileops.tuner.known import known_configs
 from tileops.tuner.plan import plan
 from tileops.tuner.precompile import CompileOnlyWorker

@@ -21,9 +21,9 @@ import optuna
 from tileops.db.engine import driver_url
 from tileops.db.schemas import TrialRecord
 from tileops.db.store import TuningStore
-from tileops.dispatch.key import TuningKey
+from tileops.db.key import TuningKey
 from tileops.kernels.base import KernelDef
-from tileops.tuner.cases import Case
+from tileops.cases import Case
 from tileops.tuner.evaluate import Job, Outcome
 from tileops.tuner.worker import CandidateWorker
 

@@ -9,7 +9,8 @@ from tileops.db.schemas import WinnerRecord
 from tileops.dispatch.compile_cache import built
 from tileops.device import current_arch
 from tileops.kernels.registry import get_kernel
-from tileops.tuner.cases import Case, make_inputs, make_op, spec_for_arch
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op, spec_for_arch
 
 
 def compile_winner(record: WinnerRecord) -> None:

@@ -112,7 +112,7 @@ def warm_with(monkeypatch, compile_winner, *args: str):
     """``tileops-db warm ARGS`` in-process, with ``compile_winner`` standing in for the compiler."""
     from tileops.cli.db import app
 
-    monkeypatch.setitem(sys.modules, "tileops.dispatch.warm", types.SimpleNamespace(compile_winner=compile_winner))
+    monkeypatch.setitem(sys.modules, "tileops.tuner.warm", types.SimpleNamespace(compile_winner=compile_winner))
     return CliRunner().invoke(app, ["warm", *args], env={"COLUMNS": "250"})
 
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from tileops.db.models import KEY_COLUMNS
 from tileops.db.schemas import RunRecord, canonical_json, record_key
-from tileops.dispatch.key import TuningKey, flags_json
+from tileops.db.key import TuningKey, flags_json
 
 
 def test_key_columns_are_the_fields_of_the_tuning_key():

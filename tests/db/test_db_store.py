@@ -11,7 +11,7 @@ from tests.support.db import make_trial, make_winner
 from tileops.db.errors import DatabaseUnreadable, ReadOnlyStore, StoreError
 from tileops.db.schemas import RunRecord, record_key
 from tileops.db.store import TuningStore
-from tileops.dispatch.key import TuningKey
+from tileops.db.key import TuningKey
 
 
 def without_id(record):

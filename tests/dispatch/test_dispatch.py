@@ -15,13 +15,15 @@ import pytest
 import torch
 
 from tileops import dispatch
+from tileops.errors import TuningDatabaseWarning, TuningRowWarning
 from tileops.db.migrate import upgrade
 from tileops.db.schemas import WinnerRecord
 from tileops.db.store import TuningStore
 from tileops.dispatch import snapshot
 from tileops.dispatch.userdb import UserDatabase
 from tileops.kernels.registry import get_kernel
-from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op
 
 KERNEL = "reference.gdn_chunk"
 CASE = Case("gdn", 1, 300, 1, 2, 16, "float32")
@@ -107,7 +109,7 @@ def test_invalid_config_is_skipped_with_a_warning_and_never_built(user_db, snaps
     kernel = get_kernel(KERNEL)
     monkeypatch.setattr("tileops.dispatch.compile_cache.built", lambda k, c, s: built.append(c) or kernel.build(c, s))
     TuningStore(user_db).put_winner(winner(config={"chunk_size": 48, "solve": "triangular"}))
-    with pytest.warns(RuntimeWarning, match="skipped"):
+    with pytest.warns(TuningRowWarning, match="skipped"):
         e = explain()
     assert e.source == "default" and any("invalid config" in p for p in e.passed_over)
 
@@ -198,7 +200,7 @@ def test_outdated_schema_warns_with_the_upgrade_command(tmp_path, monkeypatch, s
     monkeypatch.setenv("TILEOPS_DB", str(path))
     dispatch.reset()
     op, args = call()
-    with pytest.warns(RuntimeWarning, match="tileops-db upgrade"):
+    with pytest.warns(TuningDatabaseWarning, match="tileops-db upgrade"):
         op(*args)
 
 

@@ -1,12 +1,19 @@
-"""check_winner: unknown kernel, invalid config, stale source, and a usable row."""
+"""usable: unknown kernel, invalid config, stale source, and a usable row."""
 
 from tests.support.db import make_winner
 
-from tileops.db.validate import check_winner
+from tileops.dispatch.usable import usable
+
+
+def check_winner(record):
+    config, why = usable(record)
+    assert (config is None) == (why is not None)
+    return why
 
 
 def test_a_current_row_is_usable(tiny_kernel):
-    assert check_winner(make_winner(source_hash=tiny_kernel.source_hash)) is None
+    config, why = usable(make_winner(source_hash=tiny_kernel.source_hash))
+    assert why is None and config.to_json() == tiny_kernel.validate_config(make_winner().config).to_json()
 
 
 def test_an_unknown_kernel_is_named(tiny_kernel):

@@ -13,10 +13,11 @@ from importlib import resources
 import pytest
 
 from tileops.db.jsonl import read_winners
-from tileops.db.validate import check_winner
+from tileops.dispatch.usable import usable
 from tileops.device import current_arch
 from tileops.kernels.registry import get_kernel
-from tileops.tuner.cases import Case, make_inputs, make_op, spec_for_arch
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op, spec_for_arch
 from tileops.tuner.evaluate import gate_case
 from tileops.tuner.gate import TOLERANCE, worst_error
 
@@ -64,7 +65,7 @@ def _compiles_for_its_arch(record) -> None:
 def check(record) -> None:
     """The whole check for one winner."""
     assert record.call, f"winner {record.kernel} does not record the call it was tuned on"
-    assert check_winner(record) is None, check_winner(record)
+    assert usable(record)[1] is None, usable(record)[1]
     if record.arch == current_arch():
         _agree(record)
     else:

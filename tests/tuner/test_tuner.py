@@ -77,7 +77,7 @@ def test_the_shipped_winner_of_the_key_is_a_candidate(monkeypatch, tmp_path):
     from tileops import dispatch
     from tileops.db.schemas import WinnerRecord
     from tileops.db.store import TuningStore
-    from tileops.tuner.cases import Case
+    from tileops.cases import Case
     from tileops.tuner.plan import plan
 
     fakes = _serve_first(monkeypatch, "test.gdn_picky")
@@ -128,7 +128,8 @@ def test_behaviour_sweep_gate_crash_hang_winner_and_dispatch(fake_kernel, tmp_pa
 
     # dispatch now runs the winner for a matching call
     from tileops import dispatch
-    from tileops.tuner.cases import Case, make_inputs, make_op
+    from tileops.cases import Case
+    from tileops.tuner.cases import make_inputs, make_op
 
     monkeypatch.setenv("TILEOPS_DB", db)
     dispatch.reset()
@@ -147,7 +148,8 @@ def test_behaviour_sweep_gate_crash_hang_winner_and_dispatch(fake_kernel, tmp_pa
 def test_cpu_tune_of_the_reference_changes_what_dispatch_picks(tmp_path, monkeypatch):
     from tileops import dispatch
     from tileops.db.store import TuningStore
-    from tileops.tuner.cases import Case, make_inputs, make_op
+    from tileops.cases import Case
+    from tileops.tuner.cases import make_inputs, make_op
 
     db = f"sqlite:///{tmp_path / 'tuning.db'}"
     monkeypatch.setenv("TILEOPS_DB", db)

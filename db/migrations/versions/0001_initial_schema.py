@@ -13,7 +13,7 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
-# The tuning key; the same names as the fields of dispatch.key.TuningKey.
+# The tuning key; the same names as the fields of tileops.db.key.TuningKey.
 KEY = ("op", "kernel", "arch", "device_name", "dtype", "dim_k", "dim_v", "flags",
        "bucket_tokens", "bucket_rows")
 

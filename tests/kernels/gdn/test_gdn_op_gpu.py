@@ -10,7 +10,8 @@ import torch
 from tileops import dispatch
 from tileops.dispatch.userdb import UserDatabase
 from tileops.linear_attention import BUILTIN, GDNFwdOp
-from tileops.tuner.cases import Case, make_inputs, make_op
+from tileops.cases import Case
+from tileops.tuner.cases import make_inputs, make_op
 from tileops.tuner.gate import relative_error
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
