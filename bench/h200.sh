@@ -13,6 +13,10 @@
 #   python bench/gdn_prefill_dev.py --compile                      # the ab step's builds
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
+# No install step there: the checkout is on PYTHONPATH (.device/setup.sh puts it there), and
+# tileops/__init__.py serves db/, dispatch/, tuner/ and cli/ as tileops.db, tileops.dispatch, ...
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c "import tileops.db, tileops.dispatch, tileops.tuner, tileops.cli" || exit 1
 OUT=${OUT:-h200-out}
 STEP=${1:-all}
 TRIALS=${2:-6}

@@ -9,7 +9,7 @@ import torch
 from tileops.callspec import CallSpec
 from tileops.linear_attention.inference import check_sequences, check_state, check_tokens
 from tileops.linear_attention.op import Op, call_spec
-from tileops.linear_attention.validate import Shapes, param_dtypes, positive_scale, require
+from tileops.linear_attention.validate import Shapes, negative_bound, param_dtypes, positive_scale, require
 from tileops.targets import Target
 
 
@@ -132,9 +132,7 @@ class KDAFwdOp(_GatedDeltaOp):
                          state_v_first, use_gate_in_kernel, target=target)
         if lower_bound is not None:
             require(use_gate_in_kernel, "lower_bound is only used with use_gate_in_kernel=True")
-            require(isinstance(lower_bound, (int, float)) and not isinstance(lower_bound, bool)
-                    and lower_bound < 0, f"lower_bound must be a negative number (a log-space bound), got {lower_bound!r}")
-        self.lower_bound = None if lower_bound is None else float(lower_bound)
+        self.lower_bound = None if lower_bound is None else negative_bound("lower_bound", lower_bound)
 
     def _extra_flags(self) -> dict:
         return {"lower_bound": self.lower_bound}
