@@ -7,6 +7,7 @@ which earlier argument fixed the size: ``k: dim K is 64, but q set K = 128``.
 from __future__ import annotations
 
 import math
+import os
 from typing import Iterable, Optional, Sequence, Union
 
 import torch
@@ -14,6 +15,12 @@ import torch
 HALF = (torch.float16, torch.bfloat16)
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX = (torch.int32, torch.int64)
+# Heads and widths: a zero among them leaves nothing to compute and divides by zero downstream.
+NONEMPTY_DIMS = frozenset({"H", "HV", "K", "V", "DK", "DV"})
+# The largest chunk: a chunk is a C × C block per head (and DeltaNet returns [.., S, BC] tensors).
+MAX_CHUNK_SIZE = 1024
+# Set to 1 to check device offsets against cu_seqlens_cpu on every call (one device-to-host copy).
+DEBUG_ENV = "TILEOPS_DEBUG"
 
 
 def _names(dtypes: Iterable[torch.dtype]) -> str:
@@ -32,6 +39,7 @@ class Shapes:
         self._set_by: dict[str, str] = {}
         self.device: Optional[torch.device] = None
         self._device_by = ""
+        self._dtypes: dict[torch.dtype, str] = {}
 
     def bind(self, dim: str, size: int, by: str) -> None:
         """Fix a named size (e.g. N from cu_seqlens) as if a tensor had set it."""
@@ -50,12 +58,15 @@ class Shapes:
         for dim, size in zip(layout, shape):
             known = dim if isinstance(dim, int) else sizes.get(dim)
             if known is None:
+                if size == 0 and dim in NONEMPTY_DIMS:
+                    raise ValueError(f"{name} has {dim} = 0 (shape {list(shape)}, layout {_layout(layout)}); "
+                                     "heads and widths must be at least 1")
                 self.bind(dim, size, name)
             elif known != size:
                 raise ValueError(self._mismatch(name, dim, size, layout, shape))
         if t.dtype not in dtypes:
-            raise TypeError(f"{name}: dtype {str(t.dtype).removeprefix('torch.')} is not supported; "
-                            f"expected {_names(dtypes)}")
+            raise TypeError(self._wrong_dtype(name, t.dtype, dtypes))
+        self._dtypes.setdefault(t.dtype, name)
         if device:
             if self.device is None:
                 self.device, self._device_by = t.device, name
@@ -63,6 +74,14 @@ class Shapes:
                 raise ValueError(f"{name} is on {t.device}, but {self._device_by} is on {self.device}; "
                                  "all tensors of a call must be on one device")
         return t
+
+    def _wrong_dtype(self, name: str, dtype: torch.dtype, dtypes: Sequence[torch.dtype]) -> str:
+        shown = _names((dtype,))
+        if dtype in FLOATS and len(dtypes) == 1 and dtypes[0] in self._dtypes:
+            other = self._dtypes[dtypes[0]]
+            return (f"{name} is {shown} but {other} is {_names(dtypes)}; they must share one dtype "
+                    f"(convert with {name}.to({other}.dtype))")
+        return f"{name}: dtype {shown} is not supported; expected {_names(dtypes)}"
 
     def _mismatch(self, name: str, dim: Union[str, int], size: int, layout: Sequence, shape: Sequence) -> str:
         expected = f"expected {_layout(layout)}, got {list(shape)}"
@@ -102,10 +121,18 @@ def positive_scale(name: str, scale: Optional[float], dim_k: int) -> float:
 
 
 def chunk_size_arg(chunk_size: object) -> int:
-    """A chunk size is a positive int."""
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    """A chunk size is an int in [1, MAX_CHUNK_SIZE]."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk_size must be a positive int of at most {MAX_CHUNK_SIZE} (64 is the usual "
+                         f"choice), got {chunk_size!r}")
     return chunk_size
+
+
+def negative_bound(name: str, value: object) -> float:
+    """A log-space bound: a finite negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value >= 0:
+        raise ValueError(f"{name} must be a finite negative number (a log-space bound), got {value!r}")
+    return float(value)
 
 
 def check_offsets(name: str, values: Sequence[int], total: int) -> None:
@@ -123,7 +150,9 @@ def check_varlen(shapes: Shapes, cu_seqlens: object, cu_seqlens_cpu: object) -> 
 
     The values are read from ``cu_seqlens_cpu`` when given; otherwise from ``cu_seqlens``, which
     costs one device-to-host copy unless a CUDA graph is being captured (then the caller's
-    offsets are trusted: pass ``cu_seqlens_cpu`` to keep them checked).
+    offsets are trusted: pass ``cu_seqlens_cpu`` to keep them checked). Both given must agree:
+    checked always when both are on the CPU, and for device offsets with ``TILEOPS_DEBUG=1``
+    (one device-to-host copy, so not by default).
     """
     batch, total = shapes.sizes["B"], shapes.sizes["T"]
     if cu_seqlens is None:
@@ -139,6 +168,21 @@ def check_varlen(shapes: Shapes, cu_seqlens: object, cu_seqlens_cpu: object) -> 
         require(cu_seqlens_cpu.device.type == "cpu",
                 f"cu_seqlens_cpu must be on the CPU, got {cu_seqlens_cpu.device}")
         check_offsets("cu_seqlens_cpu", cu_seqlens_cpu.tolist(), total)
+        if cu_seqlens.device.type == "cpu" or _debug():
+            _check_agree(cu_seqlens, cu_seqlens_cpu)
     elif not (cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing()):
         check_offsets("cu_seqlens", cu_seqlens.tolist(), total)
     return cu_seqlens.numel() - 1
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _check_agree(cu_seqlens: torch.Tensor, cu_seqlens_cpu: torch.Tensor) -> None:
+    """cu_seqlens and cu_seqlens_cpu hold the same offsets (the kernels read the first, checks the second)."""
+    device_values, host_values = cu_seqlens.tolist(), cu_seqlens_cpu.tolist()
+    if device_values != host_values:
+        first = next(i for i, (a, b) in enumerate(zip(device_values, host_values)) if a != b)
+        raise ValueError(f"cu_seqlens and cu_seqlens_cpu disagree: cu_seqlens[{first}] = {device_values[first]}, "
+                         f"cu_seqlens_cpu[{first}] = {host_values[first]}; pass the same offsets in both")

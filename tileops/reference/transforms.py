@@ -34,13 +34,30 @@ def beta_transform(beta: torch.Tensor, *, sigmoid: bool, neg_eigval: bool) -> to
     return 2 * torch.sigmoid(beta) if neg_eigval else torch.sigmoid(beta)
 
 
+# Below this, softplus(x) = e^x to working precision, so log(softplus(x)) = x.
+_SOFTPLUS_EXP_BELOW = -20.0
+
+
+def log_softplus(x: torch.Tensor) -> torch.Tensor:
+    """log(softplus(x)), finite where softplus(x) itself underflows to 0."""
+    small = x < _SOFTPLUS_EXP_BELOW
+    return torch.where(small, x, F.softplus(x.masked_fill(small, 0)).log())
+
+
+def scaled_softplus_decay(log_rate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """−exp(log_rate)·softplus(x), formed as −exp(log_rate + log softplus(x)) so that a huge rate
+    never meets an underflowed softplus as inf · 0 = NaN: the result is finite, or −inf (a full
+    reset) where the decay really is beyond the dtype's range."""
+    return -(log_rate + log_softplus(x)).exp()
+
+
 def gdn_gate(g: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
     """The GDN log decay −exp(A_log)·softplus(g + dt_bias), one scalar per value head.
 
     g is the raw gate [B, T, HV]; A_log and dt_bias are [HV].
     """
     dtype = compute_dtype(g.dtype)
-    return -A_log.to(dtype).exp() * F.softplus(g.to(dtype) + dt_bias.to(dtype))
+    return scaled_softplus_decay(A_log.to(dtype), g.to(dtype) + dt_bias.to(dtype))
 
 
 def kda_gate(g: torch.Tensor, A_log: torch.Tensor, dt_bias: Optional[torch.Tensor],
@@ -57,7 +74,9 @@ def kda_gate(g: torch.Tensor, A_log: torch.Tensor, dt_bias: Optional[torch.Tenso
     x = g.to(dtype)
     if dt_bias is not None:
         x = x + dt_bias.to(dtype).view(heads, dim_k)
-    rate = A_log.to(dtype).exp().view(heads, 1)
+    log_rate = A_log.to(dtype).view(heads, 1)
     if lower_bound is None:
-        return -rate * F.softplus(x)
-    return lower_bound * torch.sigmoid(rate * x)
+        return scaled_softplus_decay(log_rate, x)
+    # exp(A_log) may overflow to inf: a zero x then stays zero (inf · 0 would be NaN).
+    zero = x == 0
+    return lower_bound * torch.sigmoid(torch.where(zero, 0, log_rate.exp() * x.masked_fill(zero, 1)))

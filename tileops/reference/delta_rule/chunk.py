@@ -4,7 +4,8 @@ Per chunk of C tokens, with γ the in-chunk cumulative log decay and S0 the ente
 A_ij = β_i Σ_k k_ik k_jk e^{γ_ik−γ_jk} (j < i), T = (I + A)⁻¹, U = T(β⊙V), W = T(β⊙e^γ⊙K),
 Δ = U − W S0, O = (Q⊙e^γ) S0 + (causal QKᵀ with decays) Δ, S_C = e^{γ_C} S0 + (K⊙e^{γ_C−γ})ᵀ Δ.
 Without beta (GLA) there is no A, T or W and Δ = V. Everything but the S0 chain is computed for
-all chunks at once; the chain runs chunk by chunk.
+all chunks at once; the chain runs chunk by chunk. A log decay of −inf is an exact reset
+(``decay.Decays``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from tileops.reference.delta_rule.decay import Decays
 from tileops.reference.delta_rule.intra import SUBCHUNK, Solve, decayed_products, unit_lower_inverse
 from tileops.reference.sequences import Batch, pack
 
@@ -39,14 +41,14 @@ def scan_chunks(batch: Batch, *, chunk_size: int, solve: Solve = "triangular",
         return x.unflatten(2, (-1, chunk_size))
 
     q, k, v = chunks(batch.q), chunks(batch.k), chunks(batch.v)
-    gamma = None if batch.g is None else chunks(batch.g).cumsum(-2)
+    gamma = None if batch.g is None else Decays.cumulative(chunks(batch.g))
     if gamma is None:
         from_start, k_to_end, chunk_decay = 1, k, None
     else:
         last = gamma[..., -1:, :]
-        from_start = gamma.exp()
-        k_to_end = k * (last - gamma).exp()
-        chunk_decay = last.mT.exp()
+        from_start = gamma.from_start().exp()
+        k_to_end = k * last.since(gamma).exp()
+        chunk_decay = last.from_start().mT.exp()
     q_decayed = q * from_start
 
     inverse = w = None

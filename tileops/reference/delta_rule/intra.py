@@ -2,7 +2,8 @@
 
 Every decay is exp(γ_i − γ_j) with i ≥ j (later minus earlier cumulative log decay), or a product
 of two such factors, so no exponent is positive and nothing overflows, however long the chunk.
-Positions above the diagonal get −inf in the exponent before the exponential.
+Positions above the diagonal get −inf in the exponent before the exponential, and so do pairs
+with a full reset between them (see ``decay.Decays``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import torch
+
+from tileops.reference.delta_rule.decay import Decays
 
 Solve = Literal["triangular", "substitution"]
 
@@ -21,14 +24,14 @@ def _above_diagonal(size: int, device: torch.device) -> torch.Tensor:
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 
 
-def _pairwise(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+def _pairwise(x: torch.Tensor, y: torch.Tensor, gamma: Decays) -> torch.Tensor:
     """Σ_k x_ik y_jk exp(γ_ik − γ_jk) for j ≤ i, zero above, with a decay formed for every (i, j, k)."""
     above = _above_diagonal(x.shape[-2], x.device).unsqueeze(-1)
-    exponent = (gamma.unsqueeze(-2) - gamma.unsqueeze(-3)).masked_fill(above, float("-inf"))
+    exponent = gamma.unsqueeze(-2).since(gamma.unsqueeze(-3)).masked_fill(above, float("-inf"))
     return (x.unsqueeze(-2) * y.unsqueeze(-3) * exponent.exp()).sum(-1)
 
 
-def _per_channel_products(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, subchunk: int) -> torch.Tensor:
+def _per_channel_products(x: torch.Tensor, y: torch.Tensor, gamma: Decays, subchunk: int) -> torch.Tensor:
     """The per-channel decayed products, sub-chunk by sub-chunk.
 
     Rows i of the sub-chunk starting at r meet earlier columns j < r through one GEMM of
@@ -41,19 +44,19 @@ def _per_channel_products(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor,
         stop = min(start + subchunk, size)
         x_rows, gamma_rows = x[..., start:stop, :], gamma[..., start:stop, :]
         ref = gamma[..., start:start + 1, :]
-        earlier = (x_rows * (gamma_rows - ref).exp()) @ (y[..., :start, :] * (ref - gamma[..., :start, :]).exp()).mT
+        earlier = (x_rows * gamma_rows.since(ref).exp()) @ (y[..., :start, :] * ref.since(gamma[..., :start, :]).exp()).mT
         own = _pairwise(x_rows, y[..., start:stop, :], gamma_rows)
         later = own.new_zeros(own.shape[:-1] + (size - stop,))
         rows.append(torch.cat([earlier, own, later], -1))
     return torch.cat(rows, -2)
 
 
-def decayed_products(x: torch.Tensor, y: torch.Tensor, gamma: Optional[torch.Tensor], *,
+def decayed_products(x: torch.Tensor, y: torch.Tensor, gamma: Optional[Decays], *,
                      subchunk: int = SUBCHUNK) -> torch.Tensor:
     """M_ij = Σ_k x_ik y_jk exp(γ_ik − γ_jk) for j ≤ i, zero above: [..., C, C].
 
     x [..., C, D] (it may carry extra leading dimensions, to share the decays between several
-    left operands); y [..., C, D]; gamma [..., C, 1] (one decay per position: a GEMM times a C×C
+    left operands); y [..., C, D]; gamma of shape [..., C, 1] (one decay per position: a GEMM times a C×C
     decay), [..., C, D] (per channel: the decay sits inside the dot product; see
     ``_per_channel_products``, ``subchunk`` ≥ C forms every decay pairwise) or None.
     """
@@ -61,7 +64,7 @@ def decayed_products(x: torch.Tensor, y: torch.Tensor, gamma: Optional[torch.Ten
         return (x @ y.mT).tril()
     if gamma.shape[-1] == 1:
         above = _above_diagonal(x.shape[-2], x.device)
-        return (x @ y.mT) * (gamma - gamma.mT).masked_fill(above, float("-inf")).exp()
+        return (x @ y.mT) * gamma.since(gamma.mT).masked_fill(above, float("-inf")).exp()
     return _per_channel_products(x, y, gamma, subchunk)
 
 
