@@ -18,12 +18,13 @@ from typing import Callable, Iterable, Optional
 
 import optuna
 
+from tileops.callspec import CallSpec
+from tileops.cases import Case
 from tileops.db.engine import driver_url
+from tileops.db.key import TuningKey
 from tileops.db.schemas import TrialRecord
 from tileops.db.store import TuningStore
-from tileops.db.key import TuningKey
 from tileops.kernels.base import KernelDef
-from tileops.cases import Case
 from tileops.tuner.evaluate import Job, Outcome
 from tileops.tuner.worker import CandidateWorker
 
@@ -71,6 +72,27 @@ def _record(task: KeyTask, config_json: str, outcome: Outcome, run_id: Optional[
                        source_hash=task.kernel.source_hash, **fields)
 
 
+def space_point(kernel: KernelDef, spec: CallSpec, params: dict) -> Optional[dict]:
+    """``params`` as a point of the kernel's declared space if it accepts them for this call, else None."""
+    try:
+        config = kernel.validate_config(params, spec)
+    except ValueError:
+        return None
+    space = kernel.config_model.choices()
+    return {k: v for k, v in config.model_dump().items() if k in space}
+
+
+def valid_points(kernel: KernelDef, spec: CallSpec) -> list[dict]:
+    """Every point of the kernel's declared space that it accepts for this call.
+
+    Spaces are small (a hundred points or so) and a refusal is a validation, so enumerating
+    costs milliseconds.
+    """
+    space = kernel.config_model.choices()
+    points = (dict(zip(space, values)) for values in itertools.product(*space.values()))
+    return [p for p in points if space_point(kernel, spec, p) is not None]
+
+
 class KeyStudy:
     """Runs the trials of one key against a store, a worker and an Optuna storage."""
 
@@ -96,22 +118,12 @@ class KeyStudy:
 
     def _point(self, params: dict) -> Optional[dict]:
         """``params`` as a point of the declared space if the kernel accepts it for this call, else None."""
-        try:
-            config = self.task.kernel.validate_config(params, self.task.spec)
-        except ValueError:
-            return None
-        return {k: v for k, v in config.model_dump().items() if k in self.space}
+        return space_point(self.task.kernel, self.task.spec, params)
 
     @functools.cached_property
     def valid_points(self) -> list[dict]:
-        """Every point of the declared space the kernel accepts for this call.
-
-        Spaces are small (a hundred points or so) and a refusal is a validation, so enumerating
-        costs milliseconds.
-        """
-        names = tuple(self.space)
-        points = (dict(zip(names, values)) for values in itertools.product(*self.space.values()))
-        return [p for p in points if self._point(p) is not None]
+        """Every point of the declared space the kernel accepts for this call."""
+        return valid_points(self.task.kernel, self.task.spec)
 
     def _grid(self) -> bool:
         return isinstance(self.study.sampler, optuna.samplers.GridSampler)

@@ -1,7 +1,9 @@
 """Tuned and default configs agree: for every winner — freshly tuned here, in $TILEOPS_DB when
-set, and in the shipped snapshots — the op's output under the winner equals its output under the
-kernel's default on fresh random inputs. A winner for another architecture must still validate,
-not be stale, and compile for its architecture when nvcc is present."""
+set, and in the shipped snapshots — the op's output under the winner, and under another valid
+config of its key that is not the default, equals its output under the kernel's default on fresh
+random inputs (a winner is often the default itself: the second config is what makes the check
+bite). A winner for another architecture must still validate, not be stale, and compile for its
+architecture when nvcc is present."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tileops.cases import Case
 from tileops.tuner.cases import make_inputs, make_op, spec_for_arch
 from tileops.tuner.evaluate import gate_case
 from tileops.tuner.gate import TOLERANCE, worst_error
+from tileops.tuner.study import valid_points
 
 
 def shipped() -> list:
@@ -43,15 +46,28 @@ def user_rows() -> list:
     return TuningStore(os.environ["TILEOPS_DB"], readonly=True).winners()
 
 
+def other_config(kernel, spec, rng: random.Random):
+    """A valid config of this call that is not the default, or None when the space has no other."""
+    default = kernel.default(spec).to_json()
+    others = [c for c in (kernel.validate_config(p, spec) for p in valid_points(kernel, spec))
+              if c.to_json() != default]
+    return rng.choice(others) if others else None
+
+
 def _agree(record) -> None:
     kernel = get_kernel(record.kernel)
     case = gate_case(Case.from_json(record.call)).on("cuda" if record.arch.startswith("sm") else "cpu")
-    seed = random.SystemRandom().randrange(1 << 30)
+    rng = random.Random(random.SystemRandom().randrange(1 << 30))
+    seed = rng.randrange(1 << 30)
     spec, args = make_op(case).describe(*make_inputs(case, seed))
-    tuned = kernel.build(kernel.validate_config(record.config, spec), spec)(*args)
     default = kernel.build(kernel.default(spec), spec)(*args)
-    error = worst_error(tuple(tuned), tuple(default))
-    assert error <= 2 * TOLERANCE[case.dtype], f"{record.kernel} {record.config}: {error:.3g} (seed {seed})"
+    other = other_config(kernel, spec, rng)
+    assert other is not None or len(valid_points(kernel, spec)) <= 1
+    for config in (kernel.validate_config(record.config, spec), other):
+        if config is None:
+            continue
+        error = worst_error(tuple(kernel.build(config, spec)(*args)), tuple(default))
+        assert error <= 2 * TOLERANCE[case.dtype], f"{record.kernel} {config.to_json()}: {error:.3g} (seed {seed})"
 
 
 def _compiles_for_its_arch(record) -> None:
