@@ -75,7 +75,7 @@ def select(kernel: KernelDef, spec: CallSpec) -> Selection:
 
 def _choose(kernel: KernelDef, spec: CallSpec, key: TuningKey) -> Selection:
     filters = _family_filters(key)
-    sources = (("user", user_database().winners(**filters)), ("shipped", shipped_matching(filters)))
+    sources = (("user", user_database().nearest(key)), ("shipped", shipped_matching(filters)))
     passed_over: list[str] = []
     candidates = []
     for rank, (source, rows) in enumerate(sources):
