@@ -1,9 +1,11 @@
 """Dispatch: from a call to a config to a compiled kernel, without database I/O on the hot path.
 
 ``explain(op, *args)`` says which config a call will run and why; ``reset()`` forgets every cache
-(after the tuning database changed in this process).
+(after the tuning database changed in this process); ``end_warmup()`` marks the end of warm-up,
+after which a kernel built on the call path warns.
 """
 
+from tileops.dispatch.compile_cache import end_warmup
 from tileops.dispatch.explain import Explanation, explain
 
 
@@ -15,4 +17,4 @@ def reset() -> None:
     lookup.reset()
 
 
-__all__ = ["Explanation", "explain", "reset"]
+__all__ = ["Explanation", "end_warmup", "explain", "reset"]

@@ -3,11 +3,11 @@
 A row is used only if its kernel still exists, its config validates against the kernel's
 current schema for this call, and its source hash matches the kernel's (else it is stale).
 Selections are cached per tuning key, so after the first lookup of a key no database is read.
+The rows passed over are listed in the selection; the router warns of each (TuningRowWarning).
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -18,7 +18,6 @@ from tileops.dispatch.key import key_for
 from tileops.dispatch.snapshot import shipped_matching
 from tileops.dispatch.usable import usable
 from tileops.dispatch.userdb import UserDatabase
-from tileops.errors import TuningRowWarning
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 
@@ -82,10 +81,6 @@ def _choose(kernel: KernelDef, spec: CallSpec, key: TuningKey) -> Selection:
         for row in rows:
             config, why = usable(row, spec, kernel)
             if config is None:
-                if why.startswith("invalid"):
-                    warnings.warn(f"{source} tuning row for {kernel.name} ({row.device_name}, "
-                                  f"t{row.bucket_tokens}/r{row.bucket_rows}) skipped: {why}", TuningRowWarning,
-                                  stacklevel=4)
                 passed_over.append(f"{source} row {row.device_name} t{row.bucket_tokens}/r{row.bucket_rows}: {why}")
                 continue
             device, buckets = _distance(key, row)

@@ -1,25 +1,28 @@
 """From (op class, target, call) to a launcher: the hot path of every op call.
 
-The first call of a given shape resolves the target, selects a config and builds the kernel;
-every later call is one dictionary lookup.
+The first call of a given shape resolves the target, selects a config and builds the kernel
+(logged on the ``tileops.dispatch`` logger); every later call is one dictionary lookup. A route
+with cautions (a reference fallback on a GPU, tuning rows passed over) keeps a launcher that
+warns on every call, so a warning filter, not this module, decides what is shown once.
 """
 
 from __future__ import annotations
 
-import warnings
+import logging
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from tileops.dispatch.compile_cache import built
 from tileops.dispatch.lookup import Selection, select
 from tileops.callspec import CallSpec
+from tileops.errors import ReferenceFallbackWarning, StrictModeError, TuningRowWarning, strict, warn
 from tileops.kernels.base import KernelDef, Launcher
 from tileops.kernels.registry import get_kernel
 from tileops.targets import BUILTIN, REFERENCE, external, kernel_names, known_targets, on_change
 
 _LAUNCHERS: dict[tuple, Launcher] = {}
 _MAX_LAUNCHERS = 4096
-_warned: set[tuple] = set()
+log = logging.getLogger("tileops.dispatch")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,14 @@ class Route:
     selection: Optional[Selection] = None
     implementation: Optional[Callable] = None
     notes: tuple[str, ...] = ()
+    fallback: Optional[str] = None
+
+    def cautions(self) -> tuple[tuple[type, str], ...]:
+        """The warnings each call on this route gives: the fallback, then each row passed over."""
+        rows = self.selection.passed_over if self.selection is not None else ()
+        kernel = self.kernel.name if self.kernel is not None else ""
+        return ((((ReferenceFallbackWarning, self.fallback),) if self.fallback else ())
+                + tuple((TuningRowWarning, f"tuning row for {kernel} passed over: {row}") for row in rows))
 
 
 def first_accepting(target: str, op_name: str, spec: CallSpec) -> tuple[Optional[KernelDef], list[str]]:
@@ -48,6 +59,7 @@ def first_accepting(target: str, op_name: str, spec: CallSpec) -> tuple[Optional
 def route(op_name: str, target: Optional[str], spec: CallSpec) -> Route:
     """Resolve the target for one call (no compile)."""
     notes: list[str] = []
+    fallback = None
     if target is None:
         if spec.device.type == "cuda":
             kernel, refusals = first_accepting(BUILTIN, op_name, spec)
@@ -55,10 +67,11 @@ def route(op_name: str, target: Optional[str], spec: CallSpec) -> Route:
                 return Route(BUILTIN, kernel, select(kernel, spec), notes=tuple(refusals))
             notes = [f"no in-tree kernel serves this call ({'; '.join(refusals) or 'none registered'}); "
                      "the PyTorch reference serves it"]
-            _warn_once((op_name, spec.program_facts), f"{op_name}: {notes[0]}")
+            fallback = f"{op_name}: {notes[0]}"
         target = REFERENCE
     if target in (BUILTIN, REFERENCE):
-        return _in_tree(op_name, target, spec, notes)
+        chosen = _in_tree(op_name, target, spec, notes)
+        return Route(chosen.target, chosen.kernel, chosen.selection, notes=chosen.notes, fallback=fallback)
     implementation = external(target, op_name)
     if implementation is None:
         raise ValueError(f"unknown target {target!r} for {op_name}; known targets: {known_targets(op_name)} "
@@ -78,17 +91,29 @@ def _in_tree(op_name: str, target: str, spec: CallSpec, notes: list[str]) -> Rou
     return Route(target, kernel, select(kernel, spec), notes=tuple(notes + refusals))
 
 
-def _warn_once(key: tuple, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
-
-
 def _launcher(op_name: str, target: Optional[str], spec: CallSpec) -> Launcher:
     chosen = route(op_name, target, spec)
+    if chosen.fallback and strict():
+        raise StrictModeError(f"{chosen.fallback} (an error because TILEOPS_STRICT=1)")
     if chosen.implementation is not None:
-        return chosen.implementation
-    return built(chosen.kernel, chosen.selection.config, spec)
+        launcher = chosen.implementation
+        log.info("new launcher: %s (%s) by external target %s", op_name, spec.mode, chosen.target)
+    else:
+        sel = chosen.selection
+        launcher = built(chosen.kernel, sel.config, spec)
+        log.info("new launcher: %s (%s) kernel %s config %s from %s", op_name, spec.mode, chosen.kernel.name,
+                 sel.config.to_json(), sel.source)
+    cautions = chosen.cautions()
+    return _cautioned(launcher, cautions) if cautions else launcher
+
+
+def _cautioned(launcher: Launcher, cautions: tuple[tuple[type, str], ...]) -> Launcher:
+    """``launcher``, warning each of ``cautions`` before every launch."""
+    def launch(*args):
+        for category, message in cautions:
+            warn(category, message)
+        return launcher(*args)
+    return launch
 
 
 def launcher_for(op_name: str, target: Optional[str], spec: CallSpec) -> Launcher:
@@ -115,7 +140,6 @@ def prepare(op_name: str, arch: str) -> None:
 def clear() -> None:
     """Forget resolved launchers (after registering targets or changing the database)."""
     _LAUNCHERS.clear()
-    _warned.clear()
 
 
 on_change(clear)

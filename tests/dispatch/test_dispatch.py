@@ -109,15 +109,17 @@ def test_invalid_config_is_skipped_with_a_warning_and_never_built(user_db, snaps
     kernel = get_kernel(KERNEL)
     monkeypatch.setattr("tileops.dispatch.compile_cache.built", lambda k, c, s: built.append(c) or kernel.build(c, s))
     TuningStore(user_db).put_winner(winner(config={"chunk_size": 48, "solve": "triangular"}))
-    with pytest.warns(TuningRowWarning, match="skipped"):
-        e = explain()
+    e = explain()
     assert e.source == "default" and any("invalid config" in p for p in e.passed_over)
+    op, args = call()
+    with pytest.warns(TuningRowWarning, match="passed over: user row .*invalid config"):
+        op(*args)
 
 
 def test_no_database_io_after_the_first_lookup(user_db, snapshot_rows, monkeypatch):
     reads = []
-    original = UserDatabase.winners
-    monkeypatch.setattr(UserDatabase, "winners", lambda self, **f: reads.append(f) or original(self, **f))
+    original = UserDatabase.nearest
+    monkeypatch.setattr(UserDatabase, "nearest", lambda self, key: reads.append(key) or original(self, key))
     TuningStore(user_db).put_winner(winner())
     for tokens in (300, 310, 290, 300):
         op, args = call(Case("gdn", 1, tokens, 1, 2, 16, "float32"))
@@ -208,9 +210,9 @@ def test_outdated_schema_warns_with_the_upgrade_command(tmp_path, monkeypatch, s
 def test_prepare_imports_the_kernels_that_may_serve_the_op_on_that_arch(arch, imported):
     code = ("import sys\n"
             "from tileops.dispatch.router import prepare\n"
-            "assert 'tileops.kernels.gdn.prefill_launch' not in sys.modules\n"
+            "assert 'tileops.kernels.launch.chunked' not in sys.modules\n"
             f"prepare('GDNFwdOp', {arch!r})\n"
-            "print('tileops.kernels.gdn.prefill_launch' in sys.modules, 'tilelang' in sys.modules)\n")
+            "print('tileops.kernels.launch.chunked' in sys.modules, 'tilelang' in sys.modules)\n")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -5,6 +5,13 @@ from tileops.linear_attention.deltanet import (
 from tileops.linear_attention.gated_delta import GDNFwdOp, KDAFwdOp
 from tileops.linear_attention.gla import GLAChunkBwdOp, GLAChunkFwdOp, GLAFwdOp, GLARecurrentFwdOp
 from tileops.targets import BUILTIN, REFERENCE, Target, register_target, unregister_target
+from tileops import library
+
+for _op, _outputs in ((DeltaNetChunkFwdOp, 6), (DeltaNetRecurrentFwdOp, 2), (DeltaNetFwdOp, 2), (GDNFwdOp, 2),
+                      (KDAFwdOp, 2), (GLAChunkFwdOp, 3), (GLARecurrentFwdOp, 2), (GLAFwdOp, 2)):
+    library.register(_op, _outputs)
+library.register(DeltaNetChunkBwdOp, 4, differentiable=False)
+library.register(GLAChunkBwdOp, 4, differentiable=False)
 
 __all__ = [
     "BUILTIN", "REFERENCE", "Target", "register_target", "unregister_target",

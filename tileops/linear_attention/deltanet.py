@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 import torch
 
 from tileops.callspec import CallSpec
-from tileops.linear_attention.inference import check_sequences, check_state, check_tokens
+from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
 from tileops.linear_attention.op import Op, call_spec
 from tileops.linear_attention.validate import (
     FLOATS, Shapes, chunk_size_arg, param_dtypes, positive_scale, require, state_dtypes)
@@ -54,6 +54,13 @@ class DeltaNetChunkFwdOp(_ChunkedDeltaNetOp):
         self._check_inputs(shapes, q, k, v, beta)
         return self._spec(shapes, q, "chunk_fwd"), (q, k, v, beta)
 
+    def _fake(self, q, k, v, beta) -> tuple[torch.Tensor, ...]:
+        batch, heads, length, dim_k = q.shape
+        chunks = (length + self.chunk_size - 1) // self.chunk_size
+        per_chunk = q.new_empty((batch, heads, length, self.chunk_size))
+        states = q.new_empty((batch, heads, chunks + 1, dim_k, v.shape[3]), dtype=state_dtypes(q.dtype)[0])
+        return q.new_empty(v.shape), states, per_chunk, torch.empty_like(per_chunk), torch.empty_like(q), torch.empty_like(v)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 beta: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Run deltanet forward; returns (o, S, Aw, Au, w, u): o [B, H, S, DV], the boundary states
@@ -86,6 +93,9 @@ class DeltaNetChunkBwdOp(_ChunkedDeltaNetOp):
         shapes.tensor("u", u, ["B", "H", "S", "DV"], param_dtypes(dtype))
         return self._spec(shapes, q, "chunk_bwd"), (do, q, k, v, beta, S, Aw, Au, w, u)
 
+    def _fake(self, do, q, k, v, beta, S, Aw, Au, w, u) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.empty_like(x) for x in (q, k, v, beta))
+
     def forward(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 beta: torch.Tensor, S: torch.Tensor, Aw: torch.Tensor, Au: torch.Tensor, w: torch.Tensor,
                 u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -116,6 +126,9 @@ class DeltaNetRecurrentFwdOp(Op):
         spec = call_spec("deltanet", "DeltaNetRecurrentFwdOp", "step", q, batch=s["B"], tokens=1, heads=s["H"],
                          value_heads=s["H"], dim_k=s["DK"], dim_v=s["DV"], state_dtype=str(state.dtype))
         return spec, (q, k, v, beta, state)
+
+    def _fake(self, q, k, v, beta, state) -> tuple[torch.Tensor, torch.Tensor]:
+        return q.new_empty(v.shape), torch.empty_like(state)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                 state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -155,6 +168,9 @@ class DeltaNetFwdOp(Op):
                          use_qk_l2norm_in_kernel=self.use_qk_l2norm_in_kernel,
                          has_initial_state=initial_state is not None)
         return spec, (q, k, v, beta, initial_state, cu_seqlens, cu_seqlens_cpu)
+
+    def _fake(self, q, k, v, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None):
+        return fake_outputs(q, v, cu_seqlens, state_v_first=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                 initial_state: Optional[torch.Tensor] = None, cu_seqlens: Optional[torch.Tensor] = None,

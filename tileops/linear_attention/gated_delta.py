@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from tileops.callspec import CallSpec
-from tileops.linear_attention.inference import check_sequences, check_state, check_tokens
+from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
 from tileops.linear_attention.op import Op, call_spec
 from tileops.linear_attention.validate import Shapes, negative_bound, param_dtypes, positive_scale, require
 from tileops.targets import Target
@@ -72,6 +72,10 @@ class _GatedDeltaOp(Op):
             state_v_first=self.state_v_first, use_gate_in_kernel=self.use_gate_in_kernel,
             has_initial_state=initial_state is not None, has_dt_bias=dt_bias is not None, **self._extra_flags())
         return spec, (q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)
+
+    def _fake(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None, A_log=None,
+              dt_bias=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return fake_outputs(q, v, cu_seqlens, state_v_first=self.state_v_first)
 
     def _check_gate_params(self, shapes: Shapes, A_log: object, dt_bias: object, params: tuple) -> None:
         if not self.use_gate_in_kernel:

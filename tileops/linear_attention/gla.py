@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 import torch
 
 from tileops.callspec import CallSpec
-from tileops.linear_attention.inference import check_sequences, check_state, check_tokens
+from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
 from tileops.linear_attention.op import Op, call_spec
 from tileops.linear_attention.validate import (
     FLOATS, Shapes, chunk_size_arg, param_dtypes, positive_scale, require, state_dtypes)
@@ -73,10 +73,19 @@ class GLAChunkFwdOp(_GLAChunkOp):
         spec = self._spec(shapes, q, "chunk_fwd", has_initial_state=initial_state is not None)
         return spec, (q, k, v, g, initial_state)
 
+    def _fake(self, q, k, v, g, initial_state=None) -> tuple[torch.Tensor, ...]:
+        o, final_state = fake_outputs(q, v, None, state_v_first=False)
+        batch, length, heads, dim_k = q.shape
+        chunks = (length + self.chunk_size - 1) // self.chunk_size
+        return o, final_state, final_state.new_empty((batch, chunks + 1, heads, dim_k, v.shape[3]))
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                 initial_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Run GLA forward; returns (o, final_state) with ``.h`` attached."""
-        return GLAChunkResult(*super().forward(q, k, v, g, initial_state))
+        out = super().forward(q, k, v, g, initial_state)
+        if isinstance(out, torch.fx.Proxy):  # fx symbolic tracing records the custom op's (o, final_state, h)
+            return out
+        return GLAChunkResult(*out)
 
 
 class GLAChunkBwdOp(_GLAChunkOp):
@@ -103,6 +112,9 @@ class GLAChunkBwdOp(_GLAChunkOp):
         shapes.optional("dht", dht, ["B", "H", "K", "V"], state_dtypes(dtype))
         spec = self._spec(shapes, q, "chunk_bwd", has_initial_state=self.has_initial_state)
         return spec, (q, k, v, g, h, do, dht)
+
+    def _fake(self, q, k, v, g, h, do, dht) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.empty_like(x) for x in (q, k, v, g))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                 do: torch.Tensor, dht: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -132,6 +144,9 @@ class GLARecurrentFwdOp(Op):
                          value_heads=s["H"], dim_k=s["DK"], dim_v=s["DV"],
                          scale=resolve_scale(self.scale, s["DK"]), state_dtype=str(state.dtype))
         return spec, (q, k, v, gk, state)
+
+    def _fake(self, q, k, v, gk, state) -> tuple[torch.Tensor, torch.Tensor]:
+        return q.new_empty(v.shape), torch.empty_like(state)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor,
                 state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -165,6 +180,9 @@ class GLAFwdOp(Op):
                          dim_k=s["K"], dim_v=s["V"], scale=positive_scale("scale", self.scale, s["K"]),
                          has_initial_state=initial_state is not None)
         return spec, (q, k, v, g, initial_state, cu_seqlens, cu_seqlens_cpu)
+
+    def _fake(self, q, k, v, g, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None):
+        return fake_outputs(q, v, cu_seqlens, state_v_first=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                 initial_state: Optional[torch.Tensor] = None, cu_seqlens: Optional[torch.Tensor] = None,

@@ -48,3 +48,12 @@ def check_state(shapes: Shapes, name: str, state: object, dtype: torch.dtype, *,
         kind = "value-major (state_v_first=True)" if state_v_first else "key-major (state_v_first=False)"
         expected = [shapes.sizes.get(d, d) for d in layout]
         raise ValueError(f"{err}; {name} must be {kind} [{', '.join(layout)}] = {expected}") from None
+
+
+def fake_outputs(q: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor], *,
+                 state_v_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty (o [B, T, HV, V] in q's dtype, final_state [N, HV, K, V] or [N, HV, V, K]) of a call."""
+    n = v.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    heads, dim_k, dim_v = v.shape[2], q.shape[3], v.shape[3]
+    layout = (n, heads, dim_v, dim_k) if state_v_first else (n, heads, dim_k, dim_v)
+    return q.new_empty(v.shape), q.new_empty(layout, dtype=state_dtypes(q.dtype)[0])

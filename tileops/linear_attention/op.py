@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 import torch
 
+from tileops import library
 from tileops.dispatch.router import launcher_for, prepare
 from tileops.callspec import CallSpec, make_flags
 from tileops.device import current_arch, device_facts
@@ -52,11 +54,24 @@ class Op:
     def describe(self, *args: Any, **kwargs: Any) -> tuple[CallSpec, tuple]:
         raise NotImplementedError
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        signature = None if kwargs else call_signature(args)
+    def forward(self, *args: Any) -> Any:
+        """The call, with every forward argument positional (the subclasses' ``forward`` pass them).
+
+        An eager call that records no gradient runs directly; a call under torch.compile,
+        torch.export or fx tracing, or one whose inputs require grad, goes through the op's
+        ``torch.library`` custom op (``tileops.library``), whose implementation is this same
+        eager call and whose backward is the reference's.
+        """
+        if torch.compiler.is_compiling() or library.needs_custom_op(args):
+            return library.call(self, args)
+        return self._run(*args)
+
+    def _run(self, *args: Any) -> Any:
+        """Validate, dispatch and launch: the eager call, and the custom op's implementation."""
+        signature = call_signature(args)
         spec = self._seen.get(signature) if signature is not None else None
         if spec is None:
-            spec, call_args = self.describe(*args, **kwargs)
+            spec, call_args = self.describe(*args)
             if (signature is not None and spec.mode != "varlen" and len(call_args) == len(args)
                     and all(a is b for a, b in zip(call_args, args))):
                 if len(self._seen) >= SEEN_CALLS:
@@ -68,6 +83,16 @@ class Op:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
+
+    def _settings(self) -> dict:
+        """The constructor arguments this op was built with (by name): what the custom op carries."""
+        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def _fake(self, *args: Any) -> tuple:
+        """Empty tensors shaped like the outputs of a call (symbolic sizes allowed): what the
+        custom op reports to the compiler without running."""
+        raise NotImplementedError
 
 
 def call_spec(op: str, entry: str, mode: str, like: torch.Tensor, *, batch: int, tokens: int,
