@@ -135,13 +135,17 @@ def _register_backward(name: str, split: int, settings: list[str]) -> None:
                           "call to give its gradients (slow)")
         names = _SETTING_NAMES[name]
         reference = instance(name, tuple(REFERENCE if n == "target" else v for n, v in zip(names, settings)))
-        leaves = [x.detach().requires_grad_() if _is_differentiable(x) else x for x in inputs]
-        wanted = [x for x in leaves if _is_differentiable(x)]
-        with torch.enable_grad():
-            outputs = reference._run(*leaves)
-        pairs = [(o, g.to(o.dtype)) for o, g in zip(outputs, grads) if o.requires_grad]
-        found = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-        return [torch.zeros_like(x) if d is None else d for x, d in zip(wanted, found)]
+        where = [i for i, x in enumerate(inputs) if _is_differentiable(x)]
+
+        def forward(*wanted: torch.Tensor) -> tuple:
+            args = list(inputs)
+            for i, x in zip(where, wanted):
+                args[i] = x
+            return tuple(reference._run(*args))
+
+        # torch.func.vjp differentiates even where autograd is off (inside a custom op, a compiled graph)
+        outputs, vjp = torch.func.vjp(forward, *(inputs[i] for i in where))
+        return list(vjp(tuple(g.to(o.dtype) for o, g in zip(outputs, grads))))
 
     def fake(grads: list[torch.Tensor], inputs: list, *settings: object) -> list[torch.Tensor]:
         return [torch.empty_like(x) for x in inputs if _is_differentiable(x)]

@@ -1,7 +1,8 @@
-"""Gradients of the chunk ops: torch.autograd through the chunked reference forward.
+"""Gradients of the chunk ops: the vector-Jacobian product of the chunked reference forward.
 
-Inputs become leaves in the compute dtype; gradients return in each input's own dtype. The saved
+Inputs are cast to the compute dtype; gradients return in each input's own dtype. The saved
 forward tensors (Aw, Au, w, u; h beyond its first entry) are not needed: the forward is recomputed.
+``torch.func.vjp`` differentiates it even where autograd is off (inside a custom op's forward).
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ from tileops.reference.gla.chunk import chunk_gla
 from tileops.reference.precision import compute_dtype
 
 
-def _leaves(*tensors: torch.Tensor) -> list[torch.Tensor]:
-    return [t.detach().to(compute_dtype(t.dtype)).requires_grad_() for t in tensors]
-
-
-def _grads(outputs: list[tuple[torch.Tensor, Optional[torch.Tensor]]], inputs: list[torch.Tensor],
-           originals: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """∂(Σ output · cotangent)/∂inputs, each in the dtype of the matching original."""
-    loss = sum((out * cot.to(out.dtype)).sum() for out, cot in outputs if cot is not None)
-    grads = torch.autograd.grad(loss, inputs)
-    return tuple(d.to(orig.dtype) for d, orig in zip(grads, originals))
+def _vjp(forward, originals: tuple[torch.Tensor, ...], cotangents: tuple[Optional[torch.Tensor], ...]
+         ) -> tuple[torch.Tensor, ...]:
+    """The vector-Jacobian product of ``forward`` (taking the inputs in the compute dtype) at
+    ``originals``; a None cotangent is zero. Each gradient is in its original's dtype."""
+    inputs = [t.detach().to(compute_dtype(t.dtype)) for t in originals]
+    outputs, vjp = torch.func.vjp(forward, *inputs)
+    cotangents = tuple(torch.zeros_like(o) if c is None else c.to(o.dtype) for o, c in zip(outputs, cotangents))
+    return tuple(d.to(orig.dtype) for d, orig in zip(vjp(cotangents), originals))
 
 
 def deltanet_chunk_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -34,12 +33,12 @@ def deltanet_chunk_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 
     The forward starts from S[:, :, 0] (the boundary states of the forward pass).
     """
-    originals = (q, k, v, beta)
-    inputs = _leaves(*originals)
-    with torch.enable_grad():
-        o, _ = chunk_delta_rule(*(x.transpose(1, 2) for x in inputs), scale=1.0,
+    def forward(q, k, v, beta):
+        o, _ = chunk_delta_rule(*(x.transpose(1, 2) for x in (q, k, v, beta)), scale=1.0,
                                 initial_state=S[:, :, 0], chunk_size=chunk_size)
-        return _grads([(o, do.transpose(1, 2))], inputs, originals)
+        return (o,)
+
+    return _vjp(forward, (q, k, v, beta), (do.transpose(1, 2),))
 
 
 def gla_chunk_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
@@ -50,9 +49,9 @@ def gla_chunk_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
     The forward starts from h[:, 0] when ``has_initial_state``, else from zeros; dht None means
     the final state does not feed the loss.
     """
-    originals = (q, k, v, g)
-    inputs = _leaves(*originals)
-    with torch.enable_grad():
-        o, final_state, _ = chunk_gla(*inputs, scale=scale, chunk_size=chunk_size,
+    def forward(q, k, v, g):
+        o, final_state, _ = chunk_gla(q, k, v, g, scale=scale, chunk_size=chunk_size,
                                       initial_state=h[:, 0] if has_initial_state else None)
-        return _grads([(o, do), (final_state, dht)], inputs, originals)
+        return o, final_state
+
+    return _vjp(forward, (q, k, v, g), (do, dht))
