@@ -48,8 +48,13 @@ def current_hashes(rows: list) -> dict[str, str]:
 
 
 def dump_programs(rows: list, indices: list[int], out: Path) -> None:
-    """Write the generated CUDA of each listed row's programs into ``out`` (run with the tree to
-    build from first on sys.path)."""
+    """Write the generated CUDA and host code of each listed row's programs into ``out`` (run with
+    the tree to build from first on sys.path)."""
+    import tilelang
+
+    from program_identity import lower_only, programs
+
+    tilelang.compile = lower_only
     from tileops.kernels.registry import get_kernel
     from tileops.cases import Case
     from tileops.tuner.cases import spec_for_arch
@@ -63,22 +68,10 @@ def dump_programs(rows: list, indices: list[int], out: Path) -> None:
         except ValueError as err:  # a config this code does not know: no programs, so the row differs
             print(f"  row {index} does not build here: {str(err).splitlines()[0][:200]}", flush=True)
             continue
-        for name, program in launcher_programs(launcher).items():
-            (out / f"{index}-{name}.cu").write_text(program.get_kernel_source())
+        for name, program in programs(launcher).items():
+            (out / f"{index}-{name}.cu").write_text(program.device)
+            (out / f"{index}-{name}.host").write_text(program.host)
         print(f"  built row {index}: {row.kernel} {row.config}", flush=True)
-
-
-def launcher_programs(launcher) -> dict[str, object]:
-    """The compiled programs a launcher holds, by name: its attributes that are programs, and the
-    programs in its dicts (a launcher that keeps one per variant, compiled as they are first
-    called: those it built on construction)."""
-    found = {}
-    for name, value in sorted(vars(launcher).items()):
-        members = enumerate(value.values()) if isinstance(value, dict) else [(None, value)]
-        for position, program in members:
-            if hasattr(program, "get_kernel_source"):
-                found[name if position is None else f"{name}-{position}"] = program
-    return found
 
 
 def build_in(tree: Path, arch: str, indices: list[int], out: Path, cache: Path) -> subprocess.Popen:
@@ -90,8 +83,8 @@ def build_in(tree: Path, arch: str, indices: list[int], out: Path, cache: Path) 
 
 
 def same_programs(index: int, old: Path, new: Path) -> bool:
-    names = sorted(p.name for p in old.glob(f"{index}-*.cu"))
-    return bool(names) and names == sorted(p.name for p in new.glob(f"{index}-*.cu")) and all(
+    names = sorted(p.name for p in old.glob(f"{index}-*"))
+    return bool(names) and names == sorted(p.name for p in new.glob(f"{index}-*")) and all(
         filecmp.cmp(old / n, new / n, shallow=False) for n in names)
 
 

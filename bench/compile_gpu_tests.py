@@ -72,7 +72,7 @@ def op_jobs() -> list[tuple]:
 
 
 def build(job: tuple) -> str:
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     config, spec = job
     PrefillLauncher(config, spec)

@@ -57,8 +57,9 @@ def build(name: str) -> tuple[str, str, int]:
     import torch
 
     from tileops.callspec import CallSpec, make_flags
-    from tileops.kernels.gdn.prefill import fused_config, fused_smem_bytes
-    from tileops.kernels.gdn.prefill_launch import compile_fused
+    from tileops.kernels.gdn.prefill import fused_config
+    from tileops.kernels.launch.chunked_programs import compile_fused
+    from tileops.kernels.plans.tiles import fused_smem_bytes
 
     spec = CallSpec(op="gdn", entry="GDNFwdOp", mode="prefill", dtype=torch.bfloat16, device=torch.device("cuda"),
                     arch="sm90", device_name="NVIDIA H200", batch=8, tokens=4096, heads=16, value_heads=32,

@@ -191,9 +191,9 @@ def bench_cases() -> list[Case]:
 # --- compiling ----------------------------------------------------------------------------------
 
 def _compile_one(job: tuple) -> str:
-    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_fused, compile_prep
+    from tileops.kernels.launch.chunked_programs import compile_chain, compile_fused, compile_prep
 
-    from tileops.kernels.gdn.prefill_launch import compile_warm_start
+    from tileops.kernels.launch.chunked_programs import compile_warm_start
 
     kind, case = job
     spec, cfg = case.spec(), case.cfg()
@@ -264,7 +264,7 @@ def args_of(x: dict) -> tuple:
 
 
 def run_checks() -> list[str]:
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     rows = ["case | config | o rel | state rel | o rel (2nd length)"]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -306,7 +306,7 @@ def median_ms(fn, reps: int = 30) -> float:
 
 
 def run_bench() -> list[str]:
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     rows = ["shape | config | ms total | first pass | chain | FLA / TileOPs ms"]
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -364,7 +364,7 @@ def time_pieces(launcher, x: dict) -> Optional[tuple[float, float]]:
     """A call in pieces, split where its launches meet: where the warm-ups begin (``warm_start``),
     and the walk of the pieces with their warm-ups (the call's own buffers); None when no piece is
     cut (one launch)."""
-    from tileops.kernels.gdn.pieces import plan_for
+    from tileops.kernels.plans.pieces import plan_for
 
     q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
     B, T, H, K = q.shape
@@ -391,7 +391,7 @@ def time_pieces(launcher, x: dict) -> Optional[tuple[float, float]]:
 def profile_once(config: Optional[str]) -> None:
     """One call of the B8 benchmark shape with its default config (or ``config``, JSON), for a
     profiler to catch."""
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     case = BENCH[1] if config is None else dataclasses.replace(BENCH[1], config=json.loads(config))
     launcher = PrefillLauncher(case.cfg(), case.spec())

@@ -5,7 +5,7 @@ The two-pass first pass inverts the four 16 × 16 diagonal blocks, then merges t
 them with bf16 operands (``wy_merge``). For the diagonal blocks it substitutes in fp32; the
 alternatives weighed here are the power series (I + D)⁻¹ = (I − D)(I + D²)(I + D⁴)(I + D⁸) on the
 tensor cores, in tf32, in fp16, or in tf32 with each operand split in two (hi + lo, three
-products). The last row is the fused kernel's inverse (``first_pass_registers``) as a whole:
+products). The last row is the fused kernel's inverse (``wy_registers``) as a whole:
 fp16 operands throughout, the diagonal blocks from their 8 × 8 halves, the rest by
 R = (I + N)⁻¹ with N_wj = X_w A_wj.
 Chunks: random unit keys with GDN-like gates, and every key the same (a run of one repeated
@@ -100,7 +100,7 @@ def half_blocks_inverse(d: np.ndarray) -> np.ndarray:
 
 
 def register_inverse(a: np.ndarray) -> np.ndarray:
-    """(I + A)⁻¹ as ``first_pass_registers.chunk_inverse`` forms it (without its diag(β)):
+    """(I + A)⁻¹ as ``wy_registers.chunk_inverse`` forms it (without its diag(β)):
     X_w the diagonal blocks' inverses, N_wj = X_w A_wj, then the blocks of (I + N)⁻¹ X."""
     block = lambda m, i, j: m[B * i:B * i + B, B * j:B * j + B]  # noqa: E731
     x = [half_blocks_inverse(block(a, w, w)) for w in range(4)]

@@ -1,1 +1,36 @@
-"""Kernel families: each module declares its config space, its default and its build function."""
+"""The kernels: a shared layer of building blocks and programs, and per family what is its own.
+
+Layout (the shared layer never imports a family; families import only the shared layer):
+
+- ``hardware``: SM count (from the device, else the arch), shared-memory and register budgets,
+  warp and warpgroup sizes, the compile target
+- ``blocks/``: device building blocks by role: ``transforms`` (input transforms), ``kkt``,
+  ``solve_tril`` + ``wy_merge`` (the WY solve), ``wy_registers`` (chunk gates / cumsum, decays
+  and the WY inverse on registers), ``chunk_h`` (the state walk, outputs included),
+  ``walk_moves``, ``chunk_loads``, ``state_io`` and ``entry`` (one kernel entry for equal-length,
+  packed and pieces calls)
+- ``programs/``: whole programs composed from the blocks (``chunk_prep``, ``chain_key``,
+  ``chain_value``, ``chunk_fused``, ``warm_start``, ``decode``)
+- ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
+  ``packing``, ``decode_tile``
+- ``launch/``: compiling a config's programs for a call and launching them
+- ``base`` (``KernelDef``), ``config`` (``KernelConfig``), ``registry``, ``code_hash`` (the
+  hash tuning rows carry: the kernel's code as parsed, so text edits and moves keep rows fresh)
+- ``reference_kernels``: the PyTorch ``reference`` target of every op
+
+Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rule ∈ {yes, no}):
+
+- GDN (scalar gate, delta rule): reference ``tileops/reference/delta_rule`` (``naive``: the
+  recurrence, ``chunk``: the chunked form) with the gate in ``reference/transforms.gdn_gate``,
+  served on CPU by ``reference_kernels``; kernels
+  ``gdn/prefill.py`` (``tl.gdn_prefill``: ``programs.chunk_prep`` + ``chain_key`` /
+  ``chain_value``, or ``chunk_fused`` with ``warm_start``) and ``gdn/decode.py``
+  (``tl.gdn_decode``: ``programs.decode``). In each: the config space (``GDNPrefillConfig``,
+  ``GDNDecodeConfig``), its constraints (``tile_problem``), refusals (``refuse``), ``default``
+  and the ``register`` call. Tuning key: ``tileops.dispatch.key.key_for`` (kernel name, arch,
+  device, dtype, widths, program flags, shape buckets); rows carry ``KernelDef.source_hash``.
+- DeltaNet (no gate, delta rule), KDA (per-channel gate, delta rule), GLA (per-channel gate, no
+  delta rule; reference ``reference/gla``): served by ``reference_kernels`` today; their TileLang kernels are to come as
+  ``deltanet/``, ``kda/``, ``gla/`` beside ``gdn/``, each adding only its config space,
+  refusals, default, registration and the blocks the shared layer lacks.
+"""

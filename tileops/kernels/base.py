@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from pydantic import ValidationError
 
 from tileops.callspec import CallSpec
+from tileops.kernels.code_hash import code_hash, kernel_modules
 from tileops.kernels.config import KernelConfig
 
 Launcher = Callable[..., Any]
@@ -26,8 +25,9 @@ class KernelDef:
       dispatch caches it on (name, config, spec.program_facts).
     - ``refuse(spec)`` says in words why this kernel cannot serve a call, or returns None.
     - ``default(spec)`` is the untuned config, always valid for a call the kernel accepts.
-    - ``modules`` are the modules whose source defines the kernel: their hash marks rows of the
-      tuning database made with another version as stale.
+    - ``modules`` are the modules that register and build the kernel; with every kernel module
+      they import they make its code, whose hash (``code_hash``) marks rows of the tuning
+      database made with other code as stale.
     """
 
     name: str
@@ -41,12 +41,11 @@ class KernelDef:
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """sha256 (16 hex digits) of the kernel's source modules and its config schema."""
-        digest = hashlib.sha256(self.name.encode())
-        for module in self.modules:
-            digest.update(inspect.getsource(importlib.import_module(module)).encode())
-        digest.update(repr(sorted(self.config_model.model_json_schema().items())).encode())
-        return digest.hexdigest()[:16]
+        """The hash of the kernel's name, its config schema and its code as parsed (``code_hash``).
+        Imports that code too, the compiler with it, as dispatch's ``prepare`` expects of it."""
+        for module in kernel_modules(self.modules):
+            importlib.import_module(module)
+        return code_hash(self.modules, self.name, repr(sorted(self.config_model.model_json_schema().items())))
 
     def validate_config(self, data: Any, spec: Optional[CallSpec] = None) -> KernelConfig:
         """A config from JSON text, a dict or a model, checked against this kernel's schema.

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tileops.kernels.gdn.pieces import host_plan, piece_bounds, plan_for
-from tileops.kernels.gdn.prefill import SMS, GDNPrefillConfig, piece_width
+from tileops.kernels.plans.pieces import host_plan, piece_bounds, piece_width, plan_for
+from tileops.kernels.gdn.prefill import GDNPrefillConfig
+from tileops.kernels.hardware import ARCH_SMS
 
 CPU = torch.device("cpu")
 
@@ -76,13 +77,16 @@ def test_packed_offsets_on_the_device_only_walk_sequences_whole():
     assert cut.count == 1 + 5 + 1 + 11
 
 
+SMS = ARCH_SMS["sm90"]
+
+
 def test_piece_width_fills_the_sms_with_few_cuts():
     # B1 x T32768 x HV32: 32 walks of 512 chunks; 4 pieces of 128 fill one wave of 128 CTAs.
-    assert piece_width(32, 512) == 128
-    assert piece_width(64, 128) == 64  # B4 x T8192 x HV16: two pieces each, one wave
-    assert piece_width(256, 64) == 0  # B8 x T4096 x HV32: already two full waves
-    assert piece_width(32, 8) == 0  # too short to cut
-    assert piece_width(100, 300) == 64  # 500 pieces in four waves beat 100 walks of 300 chunks in one
+    assert piece_width(32, 512, SMS) == 128
+    assert piece_width(64, 128, SMS) == 64  # B4 x T8192 x HV16: two pieces each, one wave
+    assert piece_width(256, 64, SMS) == 0  # B8 x T4096 x HV32: already two full waves
+    assert piece_width(32, 8, SMS) == 0  # too short to cut
+    assert piece_width(100, 300, SMS) == 64  # 500 pieces in four waves beat 100 walks of 300 chunks in one
     for walks, chunks in ((32, 512), (64, 128), (16, 1024), (100, 300), (SMS, 64)):
-        width = piece_width(walks, chunks)
+        width = piece_width(walks, chunks, SMS)
         assert width in GDNPrefillConfig.choices()["piece_chunks"] and width < chunks

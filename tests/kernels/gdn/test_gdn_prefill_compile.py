@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.gdn.prefill import (SMEM_BYTES, GDNPrefillConfig, default, fused_config, fused_smem_bytes,
-                                         refuse)
+from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config, refuse
+from tileops.kernels.hardware import SMEM_BYTES
+from tileops.kernels.plans.tiles import fused_smem_bytes
 from tileops.kernels.registry import get_kernel
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is needed to compile for sm_90a")
@@ -115,7 +116,7 @@ def test_config_constraints(config, dim, words):
 
 
 def compile_both(call: CallSpec, config: GDNPrefillConfig):
-    from tileops.kernels.gdn.prefill_launch import compile_chain, compile_prep
+    from tileops.kernels.launch.chunked_programs import compile_chain, compile_prep
 
     return compile_prep(config, call), compile_chain(config, call)
 
@@ -152,7 +153,7 @@ def test_varlen_with_every_transform_compiles():
 
 @needs_nvcc
 def test_fused_kernel_compiles_warp_specialised():
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     call = spec(batch=8, use_qk_l2norm_in_kernel=True)
     launcher = PrefillLauncher(default(call), call)
@@ -203,7 +204,7 @@ def product_waits(source: str) -> int:
           use_qk_l2norm_in_kernel=True), "serial"),
 ], ids=["bf16-prefill-k128-paired", "fp16-varlen-k64"])
 def test_fused_walk_variants_compile_with_fewer_barriers_and_waits(call, issue):
-    from tileops.kernels.gdn.prefill_launch import compile_fused
+    from tileops.kernels.launch.chunked_programs import compile_fused
 
     variant = compile_fused(fused_config(call.dim_v, walk_moves="matrix", walk_issue=issue), call).get_kernel_source()
     elementwise = compile_fused(fused_config(call.dim_v), call).get_kernel_source()
@@ -226,7 +227,7 @@ def launch_smem(kernel) -> int:
 
 @needs_nvcc
 def test_fused_kernel_three_input_stages_fit_as_estimated():
-    from tileops.kernels.gdn.prefill_launch import compile_fused
+    from tileops.kernels.launch.chunked_programs import compile_fused
 
     call = spec(mode="varlen", batch=16)
     ahead = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3)
@@ -244,7 +245,7 @@ def test_fused_kernel_three_input_stages_fit_as_estimated():
 
 @needs_nvcc
 def test_value_major_chain_pairs_its_waits():
-    from tileops.kernels.gdn.prefill_launch import compile_chain
+    from tileops.kernels.launch.chunked_programs import compile_chain
 
     call = spec(batch=4, value_heads=16)
     serial = GDNPrefillConfig(state_major="value", block_v=64, threads=128, num_stages=2)
@@ -257,7 +258,7 @@ def test_value_major_chain_pairs_its_waits():
 
 @needs_nvcc
 def test_pieces_compile_with_their_warm_start():
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     call = spec(batch=1, tokens=32768)
     config = default(call)

@@ -95,7 +95,7 @@ def layout_config(layout: str, spec: CallSpec) -> GDNPrefillConfig:
 @pytest.mark.parametrize("init", [False, True])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_equal_lengths_two_lengths_one_build(case, init, layout):
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     case = dict(case)
     dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim", "lengths"))
@@ -121,7 +121,7 @@ def test_equal_lengths_two_lengths_one_build(case, init, layout):
 ])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_packed_varlen(lengths, layout):
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     H, HV, D, dtype = 2, 4, 64, torch.bfloat16
     n, T = len(lengths), sum(lengths)
@@ -144,7 +144,7 @@ WIDE_LAYOUTS = ("default", "fused", "fused-pieces")
 def test_packed_wide_state_longest_first(layout):
     # A 128-wide state: the default walks these uncut, longest first, and "fused" in their order;
     # pieces of 16 cut the 3001 and 1100-token sequences, and their pieces run longest first too.
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     lengths = WIDE_LENGTHS
     H, HV, D, dtype = 4, 32, 128, torch.bfloat16  # 256 walks: the default fuses
@@ -164,7 +164,7 @@ def test_packed_wide_state_longest_first(layout):
 
 def test_strided_inputs_from_one_projection():
     # q, k and v as views of one fused projection, as engines compute them: the launcher packs them.
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     B, T, H, HV, D, dtype = 2, 300, 4, 32, 128, torch.bfloat16
     spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=T)
@@ -183,7 +183,7 @@ def test_strided_inputs_from_one_projection():
 def warm_begin_expected(k, g, beta, plan_rows, l2norm):
     """Per (piece, value head) of ``plan_rows`` ((start, first) pairs): where ``warm_start`` should
     begin, from the bound computed in float64 on the host, and how close the bound came to the cut."""
-    from tileops.kernels.gdn.warm_start import FORGOTTEN
+    from tileops.kernels.programs.warm_start import FORGOTTEN
 
     HV = g.shape[1]
     group = HV // k.shape[1]
@@ -213,8 +213,8 @@ def warm_begin_expected(k, g, beta, plan_rows, l2norm):
     (0.08, False, 2.0, "whole"),  # steps that stretch the state: the key term outgrows the decay
 ])
 def test_warm_start_stops_where_the_bound_drops_below_fp32_roundoff(decay, l2norm, beta_max, walked):
-    from tileops.kernels.gdn.pieces import host_plan
-    from tileops.kernels.gdn.prefill_launch import compile_warm_start
+    from tileops.kernels.plans.pieces import host_plan
+    from tileops.kernels.launch.chunked_programs import compile_warm_start
 
     H, HV, D, T = 2, 4, 128, 8192
     spec = call_spec(mode="prefill", dtype=torch.bfloat16, heads=H, value_heads=HV, dim=D, batch=1, tokens=T,
@@ -255,7 +255,7 @@ def test_pieces_of_long_sequences_match_the_reference(case, decay):
     """Sequences cut into pieces of 16 chunks, each from its warm-up's state: under real decays the
     warm-up is a few chunks, under weak ones it walks back to the sequence's start (and its initial
     state); equal lengths with an initial state, then packed lengths with and without host offsets."""
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher
 
     case = dict(case)
     dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))

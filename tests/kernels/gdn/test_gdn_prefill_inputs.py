@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tileops.kernels.gdn.prefill_launch import packed
+from tileops.kernels.plans.packing import packed
 
 
 def test_dense_inputs_pass_through_uncopied():

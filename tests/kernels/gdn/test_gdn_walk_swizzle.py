@@ -9,7 +9,7 @@ import pytest
 from tilelang.layout import make_swizzled_layout
 from tvm import tirx
 
-from tileops.kernels.gdn.walk_moves import SOURCE
+from tileops.kernels.blocks.walk_moves import SOURCE
 
 
 def moves_element(token: int, value: int) -> int:

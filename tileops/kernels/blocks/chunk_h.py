@@ -1,4 +1,4 @@
-"""Second pass of the GDN prefill with the state held value-major: Sᵀ (block_v × K) in registers.
+"""chunk_h, the state walk: one chunk of a value-major walk, Sᵀ (rows × K) in registers.
 
 Every product of the chunk then takes its left operand from registers (wgmma's register-A
 form), so the state, X and Δ never go through shared memory; only the output does, transposed
@@ -13,9 +13,7 @@ sequence masked):
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader, state_io
-from tileops.kernels.gdn.prefill import ROW_PAD
-from tileops.kernels.gdn.walk_moves import matrix_moves
+from tileops.kernels.blocks.walk_moves import matrix_moves
 
 WARPGROUP_ROWS = 64  # value rows one warpgroup's wgmma covers
 ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in every product
@@ -167,54 +165,3 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
                 tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi)
 
     return step, store_output, settle
-
-
-def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
-                  block_v: int, dtype: str, varlen: bool, state_v_first: bool, threads: int,
-                  num_stages: int, min_blocks: int = 1, issue: str = "serial"):
-    """The TileLang program of the state pass, specialised on everything but lengths and counts.
-
-    Arguments and grid: ``chain_entry.chain_kernel``, with ``threads`` one warpgroup per 64 of
-    the ``block_v`` value rows. ``issue``: how the walk's products wait (``walk_step``).
-    """
-    H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
-    assert threads == 128 * BV // WARPGROUP_ROWS, "one warpgroup per 64 value rows"
-    group = HV // H
-    accum = "float32"
-    load_chunk = chunk_loader(C, BV)
-    step, store_output, _ = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
-    load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
-
-    @T.macro
-    def run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, bos, eos, has_init):
-        h = hv // group
-        v0 = bv * BV
-        # One stage of the tiles walk_step reads (the pipeline adds its own).
-        q_s = T.alloc_shared([1, C, K], dtype)
-        k_s = T.alloc_shared([1, C, K], dtype)
-        v_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
-        tp_s = T.alloc_shared([1, C, C], dtype)
-        m_s = T.alloc_shared([1, C, C], dtype)
-        f_s = T.alloc_shared([1, 4, C], accum)
-        o_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
-        s_f = T.alloc_fragment([BV, K], accum)
-        o_f = T.alloc_fragment([BV, C], accum)
-        if min_blocks > 1:
-            T.annotate_min_blocks_per_sm(min_blocks)
-
-        load_state(h0, s_f, n, hv, v0, has_init)
-        w0 = bos // C
-        windows = T.if_then_else(eos > bos, T.ceildiv(eos, C) - w0, 0)
-        for c in T.Pipelined(windows, num_stages=num_stages):
-            t0 = (w0 + c) * C
-            load_chunk(q, k, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], v_s[0, :, 0:BV], tp_s[0, :, :], m_s[0, :, :],
-                       f_s[0, :, :], t0, h, hv, v0)
-            lo = T.max(bos - t0, 0)
-            hi = T.min(eos - t0, C)
-
-            step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
-            store_output(o_f, o_s, 0, o, t0, hv, v0, lo, hi)
-        store_state(ht, s_f, n, hv, v0)
-
-    return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
-                        varlen=varlen, state_v_first=state_v_first, threads=threads)

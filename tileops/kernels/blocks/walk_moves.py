@@ -17,13 +17,13 @@ Both tiles are laid out as the copy engine writes the V tile: panels of 64 value
 
 Register fragments follow wgmma's layout for a 64-row tile per warpgroup: element 4n + 2h + c of
 a thread is value row 16·warp + 8h + lane/4, token 8n + 2(lane % 4) + c. ``SOURCE`` goes into the
-kernel's prelude after ``wy_merge.SOURCE`` and ``first_pass_registers.SOURCE``, whose ``pack2``
+kernel's prelude after ``wy_merge.SOURCE`` and ``wy_registers.SOURCE``, whose ``pack2``
 and ``shared_address`` it uses.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.wy_merge import HALF_TYPES
+from tileops.kernels.blocks.wy_merge import HALF_TYPES
 
 SOURCE = r"""
 namespace tileops_gdn {

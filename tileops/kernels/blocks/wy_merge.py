@@ -1,7 +1,7 @@
 """(I + A)⁻¹ of a 64-token chunk from the inverses of its diagonal 16 × 16 blocks, on the tensor
 cores from registers: the two-pass first pass's WY solve (``chunk_prep``) after its forward
 substitution. ``SOURCE`` also holds the fp32-to-16-bit packing and the m16n8k16 product that
-the fused kernel's first pass (``first_pass_registers``) builds on.
+the fused kernel's first pass (``wy_registers``) builds on.
 
 With A strictly lower and D_i⁻¹ the inverse of diagonal block i of I + A, the blocks of
 (I + A)⁻¹ below the diagonal follow by block forward substitution,

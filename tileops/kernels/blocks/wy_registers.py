@@ -25,11 +25,7 @@ Products take fp16 operands and accumulate in fp32: finer than the 16-bit T' the
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 from tilelang.layout import make_full_bank_swizzled_layout
 
-from tileops.kernels.gdn.wy_merge import BARRIER, HALF_TYPES
-
-EXCHANGE_LD = 24  # fp16 row stride of an exchanged block: its 8-row moves hit distinct banks
-EXCHANGE_BLOCKS = 6  # X_0 β, X_1 β, X_2 β, N_10, N_20, N_21
-EXCHANGE_BYTES = EXCHANGE_BLOCKS * 16 * EXCHANGE_LD * 2
+from tileops.kernels.blocks.wy_merge import BARRIER, HALF_TYPES
 
 SOURCE = r"""
 namespace tileops_gdn {

@@ -1,8 +1,8 @@
 """tl.gdn_decode: the Gated DeltaNet single-token step as one fused, bandwidth-bound kernel.
 
 Registers the kernel: its config space (V-tile per CTA, threads per CTA, an occupancy hint), the
-reasons it turns a call down, and ``build``, which compiles the program of ``decode_program`` and
-returns the launcher of ``decode_launch``: it allocates the outputs and launches once, with no
+reasons it turns a call down, and ``build``, which compiles the program of ``programs.decode`` and
+returns the launcher of ``launch.decode``: it allocates the outputs and launches once, with no
 host sync, so it can be captured in a CUDA graph.
 """
 
@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from typing import Callable, Literal, Optional
 
-import torch
 from pydantic import ValidationInfo, model_validator
 
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.gdn.decode_tile import thread_tile
-from tileops.kernels.gdn.prefill import SMS
+from tileops.kernels.gdn.calls import shape_problem
+from tileops.kernels.hardware import MAX_STATE_CELLS, MAX_THREADS_PER_SM, sm_count
+from tileops.kernels.plans.decode_tile import thread_tile
 from tileops.kernels.registry import register
-
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-WIDTHS = (64, 128)
-MAX_CELLS = 64  # fp32 state cells a thread may hold in registers without spilling
-MAX_THREADS_PER_SM = 2048
 # 64-wide V tiles an SM must take for them to replace 32-wide ones: measured ahead at 124 (B256),
 # while up to B16 at HV32 (below 8) keeps the 32-wide tiles measured best there before.
 WIDE_TILES_PER_SM = 8
@@ -59,8 +54,8 @@ def tile_problem(config: GDNDecodeConfig, dim_k: int, dim_v: int, state_v_first:
         return str(err)
     if config.threads * config.min_blocks > MAX_THREADS_PER_SM:
         return f"min_blocks={config.min_blocks} CTAs of {config.threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
-    if tile.cells > MAX_CELLS:
-        return (f"{config.threads} threads would hold {tile.cells} state cells each (at most {MAX_CELLS}); "
+    if tile.cells > MAX_STATE_CELLS:
+        return (f"{config.threads} threads would hold {tile.cells} state cells each (at most {MAX_STATE_CELLS}); "
                 f"use more threads or a smaller block_v")
     return None
 
@@ -73,13 +68,7 @@ def refuse(spec: CallSpec) -> Optional[str]:
         return f"tl.gdn_decode needs sm80 or newer; the device is {spec.arch}"
     if spec.mode != "decode":
         return f"tl.gdn_decode serves single-token decode, not {spec.mode}"
-    if spec.dtype not in HALF_DTYPES:
-        return f"tl.gdn_decode takes float16 or bfloat16 tokens, not {spec.dtype_name}"
-    if spec.dim_k != spec.dim_v or spec.dim_k not in WIDTHS:
-        return f"tl.gdn_decode needs a square 64- or 128-wide state, not K={spec.dim_k}, V={spec.dim_v}"
-    if spec.value_heads % spec.heads:
-        return f"tl.gdn_decode needs HV a multiple of H, not H={spec.heads}, HV={spec.value_heads}"
-    return None
+    return shape_problem("tl.gdn_decode", spec)
 
 
 def default(spec: CallSpec) -> GDNDecodeConfig:
@@ -98,13 +87,13 @@ def default(spec: CallSpec) -> GDNDecodeConfig:
     v_first = spec.flag("state_v_first", False)
     cells = 32 if v_first else 64
     tiles = spec.batch * spec.value_heads * spec.dim_v // 64
-    block_v = 64 if not v_first and spec.dim_k == 128 and tiles >= WIDE_TILES_PER_SM * SMS else 32
+    block_v = 64 if not v_first and spec.dim_k == 128 and tiles >= WIDE_TILES_PER_SM * sm_count(spec.device, spec.arch) else 32
     return GDNDecodeConfig(block_v=block_v, threads=spec.dim_k * block_v // cells)
 
 
 def build(config: GDNDecodeConfig, spec: CallSpec) -> Callable:
     """Compile the program for ``spec`` and return ``launch(q, k, v, g, beta, initial_state, ...)``."""
-    from tileops.kernels.gdn.decode_launch import DecodeLauncher
+    from tileops.kernels.launch.decode import DecodeLauncher  # here: it imports TileLang
 
     problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, bool(spec.flag("state_v_first", False)))
     if problem:
@@ -120,6 +109,5 @@ KERNEL = register(KernelDef(
     build=build,
     refuse=refuse,
     default=default,
-    modules=("tileops.kernels.gdn.decode", "tileops.kernels.gdn.decode_tile",
-             "tileops.kernels.gdn.decode_program", "tileops.kernels.gdn.decode_launch"),
+    modules=("tileops.kernels.gdn.decode",),
 ))

@@ -4,8 +4,8 @@
    WY solve T' = (I + A)⁻¹ diag(β), the chunk's masked attention M and the per-row decays.
 2. the chain: per (V tile, value head, sequence), sequential over the sequence's chunks:
    Δ = T'(V − e^γ K S), the outputs and the state update, the state in registers. Two layouts
-   of it: key-major (``chunk_chain``: S, K × block_v, any V tile down to 32 columns, so a few
-   long sequences still fill the GPU) and value-major (``chunk_chain_value_major``: Sᵀ, every
+   of it: key-major (``programs.chain_key``: S, K × block_v, any V tile down to 32 columns, so a few
+   long sequences still fill the GPU) and value-major (``programs.chain_value``: Sᵀ, every
    product reads its left operand from registers; faster once 64-column tiles fill the SMs).
 
 ``fused`` (``chunk_fused``) runs both in one warp-specialised kernel per (sequence, value head):
@@ -23,31 +23,16 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-import torch
 from pydantic import ValidationInfo, model_validator
 
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
+from tileops.kernels.gdn.calls import shape_problem
+from tileops.kernels.hardware import MAX_STATE_CELLS, REGISTERS, SMEM_BYTES, WARPGROUP, sm_count
+from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width
+from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, VALUE_MAJOR_REGS, chain_smem_bytes, fused_smem_bytes
 from tileops.kernels.registry import register
-
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-WIDTHS = (64, 128)
-SMEM_BYTES = 227 * 1024  # opt-in shared memory per block on sm90
-SMEM_SLACK = 8 * 1024  # alignment of TileLang's buffers, not in the estimate below
-MAX_STATE_CELLS = 64  # fp32 state cells per thread of the chain before registers spill
-SMS = 132  # H200 / H100 SXM multiprocessors
-REGISTERS = 65536  # 32-bit registers per SM
-VALUE_MAJOR_REGS = 255  # a value-major chain thread holds Sᵀ, its bf16 copy and four C-wide tiles
-WARPGROUP = 128
-FUSED_CHUNK = 64  # the fused kernel's chunk: one wgmma M extent
-FUSED_STAGES = 2  # chunks the fused kernel holds at once: the one walked and the one being prepared
-# 16-bit elements padding each row of the tiles a wgmma fragment writes or reads across rows (a
-# warp touches 8 rows at once): 16 bytes shift each row by 4 banks, so those rows hit distinct banks.
-ROW_PAD = 8
-PAD = 8  # fp32 words padding each row of A and D⁻¹ in the solve, for the same reason as ROW_PAD
-PIECE_WIDTHS = (16, 32, 64, 128)  # the chunks a piece of a cut sequence may span
-WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, about e^-0.1 a token
 
 
 class GDNPrefillConfig(KernelConfig):
@@ -87,35 +72,6 @@ class GDNPrefillConfig(KernelConfig):
         return self
 
 
-def chain_smem_bytes(config: GDNPrefillConfig, dim_k: int, elem: int) -> int:
-    """Shared memory of the chain: pipelined inputs per stage plus the per-chunk work tiles (the
-    state's copy and four C × block_v tiles key-major; only the output tile value-major), the V and
-    output tiles with their padded rows."""
-    C, K, BV = config.chunk_size, dim_k, config.block_v
-    padded = C * (BV + ROW_PAD)  # the V and output tiles
-    per_stage = (2 * C * K + padded + 2 * C * C) * elem + 4 * C * 4
-    work = (K * BV + 3 * C * BV + padded if config.state_major == "key" else padded) * elem
-    return config.num_stages * per_stage + work + SMEM_SLACK
-
-
-def fused_smem_bytes(dim_k: int, elem: int, stages: int = FUSED_STAGES, walk_moves: str = "elementwise") -> int:
-    """Shared memory of the fused kernel, exactly (TileLang packs its buffers, all multiples of
-    256 bytes, without gaps): ``stages`` stages of a chunk's inputs (q, k, v, g, β), two of its
-    T', M and factors, the output tile (none with three stages and the matrix moves, whose output
-    goes out through the V tile; two for the copy engine's output, which stores one while the
-    next is written) and the first pass's work: four row vectors and the inverse's exchange."""
-    from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BYTES  # here: it imports TileLang
-
-    C, K, V = FUSED_CHUNK, dim_k, dim_k
-    inputs = stages * ((2 * C * K + C * V) * elem + 2 * C * 4)
-    results = FUSED_STAGES * (2 * C * C * elem + 4 * C * 4)
-    output = 0 if stages > FUSED_STAGES and walk_moves == "matrix" else C * V * elem
-    if walk_moves == "tma-output":
-        output *= 2
-    work = 4 * C * 4 + EXCHANGE_BYTES
-    return inputs + results + output + work
-
-
 def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
     """Why ``config`` cannot run fused, or None."""
     if (config.state_major, config.block_v, config.threads) != ("value", dim_v, 2 * dim_v):
@@ -135,20 +91,6 @@ def fused_config(dim_v: int, walk_moves: str = "elementwise", walk_issue: str = 
     """The fused kernel's config for a V-wide state."""
     return GDNPrefillConfig(state_major="value", block_v=dim_v, threads=2 * dim_v, num_stages=stages,
                             fused=True, walk_moves=walk_moves, walk_issue=walk_issue, piece_chunks=piece_chunks)
-
-
-def piece_width(walks: int, chunks: int) -> int:
-    """The piece width (in chunks; 0 for whole sequences) that a model of the fused kernel's time
-    likes best: the waves of CTAs times the chunks each walks, a piece's warm-up of WARM_CHUNKS
-    chunks included once sequences are cut. Ties go to the wider pieces (fewer warm-ups)."""
-    best, best_cost = 0, -(-walks // SMS) * chunks
-    for width in sorted(PIECE_WIDTHS, reverse=True):
-        if width >= chunks:
-            continue
-        cost = -(-walks * -(-chunks // width) // SMS) * (width + WARM_CHUNKS)
-        if cost < best_cost:
-            best, best_cost = width, cost
-    return best
 
 
 def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
@@ -194,7 +136,8 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     problem = register_problem(config, dim_k)
     if problem:
         return problem
-    smem = chain_smem_bytes(config, dim_k, elem)
+    smem = chain_smem_bytes(config.chunk_size, dim_k, config.block_v, config.num_stages, config.state_major == "key",
+                            elem)
     budget = SMEM_BYTES // config.min_blocks
     if smem > budget:
         return (f"the chain needs {smem} bytes of shared memory (at most {budget} with "
@@ -212,12 +155,9 @@ def refuse(spec: CallSpec) -> Optional[str]:
         return "tl.gdn_prefill serves prefill; single-token calls go to the decode kernel"
     if spec.mode not in ("prefill", "varlen"):
         return f"tl.gdn_prefill serves prefill and packed varlen calls, not {spec.mode}"
-    if spec.dtype not in HALF_DTYPES:
-        return f"tl.gdn_prefill takes float16 or bfloat16 tokens, not {spec.dtype_name}"
-    if spec.dim_k != spec.dim_v or spec.dim_k not in WIDTHS:
-        return f"tl.gdn_prefill needs a square 64- or 128-wide state, not K={spec.dim_k}, V={spec.dim_v}"
-    if spec.value_heads % spec.heads:
-        return f"tl.gdn_prefill needs HV a multiple of H, not H={spec.heads}, HV={spec.value_heads}"
+    problem = shape_problem("tl.gdn_prefill", spec)
+    if problem:
+        return problem
     if spec.tokens < 1 or spec.batch < 1:
         return "tl.gdn_prefill needs at least one token and one sequence"
     return None
@@ -271,10 +211,11 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     0.414-0.418 for the whole-sequence program, twice each in one call.
     """
     walks = spec.batch * spec.value_heads
+    sms = sm_count(spec.device, spec.arch)
     per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
     chunks = -(-per_sequence // FUSED_CHUNK)
-    width = piece_width(walks, chunks)
-    if spec.dim_v == 128 and (walks >= SMS or width):
+    width = piece_width(walks, chunks, sms)
+    if spec.dim_v == 128 and (walks >= sms or width):
         # Uncut pieces, one launch: packed calls then run longest first (host offsets), and equal
         # lengths no longer than a piece walk faster than the whole-sequence program.
         uncut = spec.mode == "varlen" or chunks <= PIECE_WIDTHS[-1]
@@ -284,12 +225,12 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)
-    if 2 * tiles >= SMS:
+    if 2 * tiles >= sms:
         config = GDNPrefillConfig(state_major="value", block_v=64, threads=WARPGROUP,
-                                  num_stages=2 if tiles <= SMS else 1)
+                                  num_stages=2 if tiles <= sms else 1)
     else:
         block_v = min(spec.dim_v, 64 if walks >= 64 else 32)
-        if walks * (spec.dim_v // block_v) >= 2 * SMS:
+        if walks * (spec.dim_v // block_v) >= 2 * sms:
             config = GDNPrefillConfig(block_v=block_v, threads=128, num_stages=1)
         else:
             config = GDNPrefillConfig(block_v=block_v, threads=256, num_stages=2)
@@ -300,7 +241,7 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
 
 def build(config: GDNPrefillConfig, spec: CallSpec):
     """Compile the passes for ``spec`` and return ``launch(q, k, v, g, beta, initial_state, ...)``."""
-    from tileops.kernels.gdn.prefill_launch import PrefillLauncher
+    from tileops.kernels.launch.chunked import PrefillLauncher  # here: it imports TileLang
 
     problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
     if problem:
@@ -316,10 +257,5 @@ KERNEL = register(KernelDef(
     build=build,
     refuse=refuse,
     default=default,
-    modules=("tileops.kernels.gdn.prefill", "tileops.kernels.gdn.prefill_launch",
-             "tileops.kernels.gdn.chunk_prep", "tileops.kernels.gdn.chain_entry",
-             "tileops.kernels.gdn.chunk_chain", "tileops.kernels.gdn.chunk_chain_value_major",
-             "tileops.kernels.gdn.chunk_fused", "tileops.kernels.gdn.first_pass_registers", "tileops.kernels.gdn.wy_merge",
-             "tileops.kernels.gdn.walk_moves",
-             "tileops.kernels.gdn.pieces", "tileops.kernels.gdn.warm_start"),
+    modules=("tileops.kernels.gdn.prefill",),
 ))

@@ -1,8 +1,6 @@
-"""Compiling and launching the GDN prefill: two passes, or the fused kernel.
+"""Launching the GDN prefill: two passes, or the fused kernel.
 
-The programs are specialised on the config, dtype, heads, widths and flags; token count, batch
-and sequence count are run-time values, so a new length reuses the compiled kernels. The
-launcher only allocates outputs and launches: no host sync, and no per-call table building (a
+The launcher only allocates outputs and launches: no host sync, and no per-call table building (a
 config in pieces builds its tables once per set of lengths, copied without a sync), so it can be
 captured in a CUDA graph. g, beta, A_log and dt_bias reach the first pass in fp32 (cast
 here when they come in the token dtype: a few microseconds against a millisecond call), so one
@@ -14,100 +12,18 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import tilelang
 
 from tileops.callspec import CallSpec
-from tileops.kernels.gdn import chunk_chain, chunk_chain_value_major
-from tileops.kernels.gdn.chunk_fused import fused_program
-from tileops.kernels.gdn.chunk_prep import prep_program
-from tileops.kernels.gdn.pieces import plan_for
-from tileops.kernels.gdn.prefill import GDNPrefillConfig
-from tileops.kernels.gdn.warm_start import warm_start_program
-
-# The software pipeline of the chain keeps its loads in the compute warps: the automatic
-# producer/consumer split mishandles the state tile set up before the loop.
-PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
-# The first pass is bound by the latency of its transcendentals (alone on one warpgroup in the
-# fused kernel): approximate ones took the fused B8×T4096 from 0.88 ms to 0.78, and the two-pass
-# first pass of B8 from 0.420 to 0.408, at the same error against the float64 reference.
-FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
-
-_TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
-
-
-def packed(x: torch.Tensor, *shape: int) -> torch.Tensor:
-    """``x`` as a dense ``shape`` tensor at a 16-byte aligned address, what the programs take (TMA
-    and vector loads; TileLang refuses strided tensors): ``x`` itself when it already is one, so
-    a call on dense inputs copies nothing; a copy for a view such as a slice of a fused q/k/v
-    projection."""
-    x = x.reshape(shape).contiguous()
-    return x if x.data_ptr() % 16 == 0 else x.clone()
-
-
-def tl_target(arch: str) -> dict:
-    """TileLang's target for an arch tag: sm90 builds sm_90a (wgmma needs the 'a' variant)."""
-    return {"kind": "cuda", "arch": f"sm_{arch[2:]}{'a' if arch == 'sm90' else ''}"}
-
-
-def query_scale(spec: CallSpec) -> float:
-    """The call's query scale: its ``scale`` flag, or K^-1/2."""
-    scale = spec.flag("scale")
-    return float(spec.dim_k ** -0.5 if scale is None else scale)
-
-
-def first_pass_flags(spec: CallSpec) -> dict:
-    """What the first pass is specialised on, besides heads and widths: the call's flags."""
-    return dict(scale=query_scale(spec), dtype=_TL_DTYPES[spec.dtype], varlen=spec.mode == "varlen",
-                l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
-                gate_in_kernel=bool(spec.flag("use_gate_in_kernel", False)),
-                beta_sigmoid=bool(spec.flag("use_beta_sigmoid_in_kernel", False)),
-                neg_eigval=bool(spec.flag("allow_neg_eigval", False)))
-
-
-def compile_prep(config: GDNPrefillConfig, spec: CallSpec):
-    """The first pass for ``spec``."""
-    program = prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
-                           **first_pass_flags(spec))
-    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
-
-
-def compile_fused(config: GDNPrefillConfig, spec: CallSpec):
-    """The fused kernel for ``spec``."""
-    program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
-                            chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
-                            walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
-                            pieces=bool(config.piece_chunks), **first_pass_flags(spec))
-    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
-
-
-def compile_warm_start(config: GDNPrefillConfig, spec: CallSpec):
-    """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product)."""
-    flags = first_pass_flags(spec)
-    flags.pop("scale")
-    flags.pop("varlen")
-    program = warm_start_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
-                                 chunk=config.chunk_size, **flags)
-    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
-
-
-CHAINS = {"key": chunk_chain.chain_program, "value": chunk_chain_value_major.chain_program}
-
-
-def compile_chain(config: GDNPrefillConfig, spec: CallSpec):
-    """The state pass for ``spec``, in the config's layout (value-major: with its products' waits)."""
-    waits = dict(issue=config.walk_issue) if config.state_major == "value" else {}
-    program = CHAINS[config.state_major](
-        heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
-        chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
-        varlen=spec.mode == "varlen", state_v_first=bool(spec.flag("state_v_first", False)),
-        threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks, **waits)
-    return tilelang.compile(program, target=tl_target(spec.arch), pass_configs=PASS_CONFIGS)
+from tileops.kernels.config import KernelConfig
+from tileops.kernels.launch.chunked_programs import compile_chain, compile_fused, compile_prep, compile_warm_start
+from tileops.kernels.plans.packing import packed
+from tileops.kernels.plans.pieces import plan_for
 
 
 class PrefillLauncher:
     """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``."""
 
-    def __init__(self, config: GDNPrefillConfig, spec: CallSpec):
+    def __init__(self, config: KernelConfig, spec: CallSpec):
         self.config = config
         self.spec = spec
         self.varlen = spec.mode == "varlen"

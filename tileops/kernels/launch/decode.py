@@ -9,16 +9,12 @@ import tilelang
 import torch
 
 from tileops.callspec import CallSpec
-from tileops.kernels.gdn.decode_program import DecodeShape, decode_program
+from tileops.kernels.hardware import compile_target
+from tileops.kernels.programs.decode import DecodeShape, decode_program
 
 # (g, beta, A_log, dt_bias dtypes, whether an initial state is given): what the call's optional
 # tensors change in the program. Everything else is fixed by the spec.
 Variant = tuple[torch.dtype, torch.dtype, torch.dtype, torch.dtype, bool]
-
-
-def cuda_target(arch: str) -> dict:
-    """The TileLang target of a device tag: sm90 compiles for sm_90a like the rest of the project."""
-    return {"kind": "cuda", "arch": f"sm_{arch[2:]}" + ("a" if arch == "sm90" else "")}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -28,7 +24,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 @functools.lru_cache(maxsize=None)
 def compiled(shape: DecodeShape, arch: str):
     """The JIT-compiled program of ``shape`` for ``arch``, shared by every launcher in the process."""
-    return tilelang.compile(decode_program(shape), target=cuda_target(arch), execution_backend="tvm_ffi")
+    return tilelang.compile(decode_program(shape), target=compile_target(arch), execution_backend="tvm_ffi")
 
 
 def entry_point(kernel):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-VEC = 4  # fp32 lanes in one 16-byte access
-WARP = 32
+from tileops.kernels.hardware import VEC
+
 K_THREADS_V_FIRST = 8  # threads along K for the value-major layout: 128-byte row segments
 
 

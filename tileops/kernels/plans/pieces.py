@@ -18,6 +18,8 @@ from typing import Optional
 
 import torch
 
+PIECE_WIDTHS = (16, 32, 64, 128)  # the chunks a piece of a cut sequence may span
+WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, about e^-0.1 a token
 
 @dataclass(frozen=True)
 class PiecePlan:
@@ -103,6 +105,21 @@ def whole_plan(bounds: torch.Tensor, value_heads: int) -> PiecePlan:
     row, entry_rows, pinned = sequence_rows(bounds.shape[0] - 1, value_heads, bounds.device)
     starts = bounds[:-1].unsqueeze(1).expand(row.shape[0], value_heads).contiguous()
     return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, starts, entry_rows, False, pinned)
+
+
+def piece_width(walks: int, chunks: int, sms: int) -> int:
+    """The piece width (in chunks; 0 for whole sequences) that a model of the fused kernel's time
+    likes best: the waves of CTAs over ``sms`` SMs times the chunks each walks, a piece's warm-up
+    of WARM_CHUNKS chunks included once sequences are cut. Ties go to the wider pieces (fewer
+    warm-ups)."""
+    best, best_cost = 0, -(-walks // sms) * chunks
+    for width in sorted(PIECE_WIDTHS, reverse=True):
+        if width >= chunks:
+            continue
+        cost = -(-walks * -(-chunks // width) // sms) * (width + WARM_CHUNKS)
+        if cost < best_cost:
+            best, best_cost = width, cost
+    return best
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,

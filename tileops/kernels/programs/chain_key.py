@@ -14,16 +14,18 @@ Columns of V never interact, so V tiles multiply the CTAs of the chain.
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.chain_entry import chain_kernel, chunk_loader, state_io
-from tileops.kernels.gdn.prefill import ROW_PAD
+from tileops.kernels.blocks.chunk_loads import chunk_loader
+from tileops.kernels.blocks.state_io import state_io
+from tileops.kernels.plans.tiles import ROW_PAD
+from tileops.kernels.programs.chain import chain_kernel
 
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
-                  block_v: int, dtype: str, varlen: bool, state_v_first: bool, threads: int,
+                  block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
                   num_stages: int, min_blocks: int = 1):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
-    Arguments and grid: ``chain_entry.chain_kernel``; ``min_blocks`` CTAs are asked to share an SM.
+    Arguments and grid: ``chain.chain_kernel``; ``min_blocks`` CTAs are asked to share an SM.
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     group = HV // H
@@ -85,4 +87,4 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         store_state(ht, s_f, n, hv, v0)
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
-                        varlen=varlen, state_v_first=state_v_first, threads=threads)
+                        sequences=sequences, state_v_first=state_v_first, threads=threads)

@@ -5,13 +5,13 @@ at its end), three roles share the CTA through stages of shared tiles (two of th
 three; two of the first pass's results):
 
 - the state warpgroups (one per 64 value rows) walk Sᵀ in registers exactly as the value-major
-  chain does (``chunk_chain_value_major.walk_step``), reading T', Mᵀ and the factors from
+  chain does (``chunk_h.walk_step``), reading T', Mᵀ and the factors from
   shared memory; as soon as they leave a stage they start the copies of the chunk two (three)
   ahead into it, completing on the stage's ``loaded`` barrier: q, k and v by the copy engine
   (TMA, issued by one thread), the gates and step sizes by ``cp.async``;
 - the first-pass warpgroup waits for a stage's inputs, applies ``chunk_prep``'s transforms,
   forms K Kᵀ and K Qᵀ on the tensor cores and turns them into T', Mᵀ and the factors on their
-  accumulator registers (``first_pass_registers``: the gates' prefix sum restarts at the
+  accumulator registers (``wy_registers``: the gates' prefix sum restarts at the
   sequence's start, so it needs no segment search, and runs while the products do; Mᵀ comes
   from K Qᵀ, so that one exponential per pair of tokens serves A and M; the inverse goes by
   16 × 16 blocks on mma.sync), stores
@@ -34,38 +34,35 @@ writes the next.
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 from tilelang.layout import make_swizzled_layout
 
-from tileops.kernels.gdn.chain_entry import state_io
-from tileops.kernels.gdn.chunk_chain_value_major import walk_step
-from tileops.kernels.gdn.chunk_prep import input_transforms, key_products
-from tileops.kernels.gdn.first_pass_registers import EXCHANGE_BLOCKS, EXCHANGE_LD, register_first_pass, swizzled
-from tileops.kernels.gdn.first_pass_registers import SOURCE as REGISTERS_SOURCE
-from tileops.kernels.gdn.prefill import FUSED_STAGES, REGISTERS, WARPGROUP
-from tileops.kernels.gdn.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
-from tileops.kernels.gdn.wy_merge import SOURCE
+from tileops.kernels.blocks.chunk_h import walk_step
+from tileops.kernels.blocks.entry import Sequences, kernel_entry
+from tileops.kernels.blocks.kkt import key_products
+from tileops.kernels.blocks.state_io import state_io
+from tileops.kernels.blocks.transforms import input_transforms
+from tileops.kernels.blocks.walk_moves import SOURCE as MATRIX_MOVES_SOURCE
+from tileops.kernels.blocks.wy_merge import SOURCE
+from tileops.kernels.blocks.wy_registers import SOURCE as REGISTERS_SOURCE
+from tileops.kernels.blocks.wy_registers import register_first_pass, swizzled
+from tileops.kernels.hardware import REGISTERS, WARPGROUP
+from tileops.kernels.plans.tiles import EXCHANGE_BLOCKS, EXCHANGE_LD, FUSED_STAGES
 
 STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-wide tiles live at once
 
 
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
-                  varlen: bool, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
+                  sequences: str, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
                   neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                  stages: int = FUSED_STAGES, pieces: bool = False):
+                  stages: int = FUSED_STAGES):
     """The TileLang program, specialised on everything but lengths and counts.
 
-    Tokens are flattened to [B·T]. Fixed length: ``seq_len`` gives T. Varlen: ``cu_seqlens``
-    (int32, [N+1]) bounds the sequences. g, beta, A_log and dt_bias are read in fp32;
-    ``has_init`` (0 or 1) says whether ``h0`` holds an initial state. Grid: (HV, N), threads:
-    one warpgroup per 64 value rows and one more. ``walk_moves`` and ``walk_issue``: how the walk
-    moves Vᵀ in and Oᵀ out and how its products wait (``walk_step``'s ``moves`` and ``issue``).
-    ``stages``: the input stages, 2 or 3 (with 3 the matrix moves put the output through the V
-    tile). The V and output tiles are in the copy engine's swizzle, which the matrix moves
-    address.
-
-    ``pieces``: the CTAs walk pieces instead of whole sequences (``pieces``). Grid
-    (HV, P); CTA (hv, p) walks tokens ``begin[p, hv]`` to ``end[p]`` from row ``init_row[p, hv]``
-    of ``h0`` (zeros where it is −1), stores the outputs of the chunks from token ``start[p]`` on
-    (those before are the piece's warm-up) and its last state in row ``out_row[p]`` of ``ht``
-    unless that is −1.
+    Arguments: q, k, v, g, beta, a_log, dt_bias, h0, then the tables of ``sequences`` (equal,
+    packed or pieces: ``blocks.entry``), o, ht; g, beta, A_log and dt_bias in fp32. Grid (HV, N)
+    or (HV, P) for pieces; threads: one warpgroup per 64 value rows and one more. ``walk_moves``
+    and ``walk_issue``: how the walk moves Vᵀ in and Oᵀ out and how its products wait
+    (``walk_step``'s ``moves`` and ``issue``). ``stages``: the input stages, 2 or 3 (with 3 the
+    matrix moves put the output through the V tile). The V and output tiles are in the copy
+    engine's swizzle, which the matrix moves address. A piece's warm-up chunks, before its
+    ``start``, store no output.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
@@ -82,8 +79,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     shifted = V // 64 > 1
     aux_regs = REGISTERS // threads // 8 * 8 * (V // 64 + 1) - STATE_REGS * (V // 64)
     tokens = T.dynamic("tokens")
-    nseq = T.dynamic("nseq")
-    state_shape = [nseq, HV, V, K] if state_v_first else [nseq, HV, K, V]
+    seqs = Sequences(sequences, HV, with_state=True)
+    pieces = sequences == "pieces"
+    inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),
+              ("v", T.Tensor([tokens, HV, V], dtype)), ("g", T.Tensor([tokens, HV], accum)),
+              ("beta", T.Tensor([tokens, HV], accum)), ("a_log", T.Tensor([HV], accum)),
+              ("dt_bias", T.Tensor([HV], accum)), ("h0", T.Tensor(seqs.state_shape(HV, K, V, state_v_first), accum))]
+    outputs = [("o", T.Tensor([tokens, HV, V], dtype)),
+               ("ht", T.Tensor(seqs.state_shape(HV, K, V, state_v_first, out=True), accum))]
     # T' is zero in the rows and columns of tokens past the sequence's end (their β is), so the walk
     # needs no masks.
     step, store_output, settle = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
@@ -215,70 +218,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 T.fence_proxy_async()  # the walkers' wgmma reads what these stores wrote
                 T.barrier_arrive(ready[so])
 
-    if pieces:
-        rows_in, rows_out, count = T.dynamic("rows_in"), T.dynamic("rows_out"), T.dynamic("pieces")
-        in_shape = [rows_in, HV, V, K] if state_v_first else [rows_in, HV, K, V]
-        out_shape = [rows_out, HV, V, K] if state_v_first else [rows_out, HV, K, V]
+    @T.macro
+    def launch(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, seqs):
+        with T.Kernel(HV, seqs.walks, threads=threads, prelude=prelude) as (hv, n):
+            run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, seqs.begin(n, hv), seqs.end(n), seqs.init_row(n, hv),
+                seqs.has_init(n, hv), seqs.out_row(n), seqs.store_from(n))
 
-        @T.prim_func
-        def fused(
-            q: T.Tensor([tokens, H, K], dtype),
-            k: T.Tensor([tokens, H, K], dtype),
-            v: T.Tensor([tokens, HV, V], dtype),
-            g: T.Tensor([tokens, HV], accum),
-            beta: T.Tensor([tokens, HV], accum),
-            a_log: T.Tensor([HV], accum),
-            dt_bias: T.Tensor([HV], accum),
-            h0: T.Tensor(in_shape, accum),
-            begin: T.Tensor([count, HV], "int32"),
-            end: T.Tensor([count], "int32"),
-            start: T.Tensor([count], "int32"),
-            init_row: T.Tensor([count, HV], "int32"),
-            out_row: T.Tensor([count], "int32"),
-            o: T.Tensor([tokens, HV, V], dtype),
-            ht: T.Tensor(out_shape, accum),
-        ):
-            with T.Kernel(HV, count, threads=threads, prelude=prelude) as (hv, p):
-                # init_row + 1 is 0 exactly when the piece starts from zeros (row −1)
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, begin[p, hv], end[p],
-                    T.max(init_row[p, hv], 0), init_row[p, hv] + 1, out_row[p], start[p])
-    elif varlen:
-        @T.prim_func
-        def fused(
-            q: T.Tensor([tokens, H, K], dtype),
-            k: T.Tensor([tokens, H, K], dtype),
-            v: T.Tensor([tokens, HV, V], dtype),
-            g: T.Tensor([tokens, HV], accum),
-            beta: T.Tensor([tokens, HV], accum),
-            a_log: T.Tensor([HV], accum),
-            dt_bias: T.Tensor([HV], accum),
-            h0: T.Tensor(state_shape, accum),
-            cu_seqlens: T.Tensor([nseq + 1], "int32"),
-            o: T.Tensor([tokens, HV, V], dtype),
-            ht: T.Tensor(state_shape, accum),
-            has_init: T.int32,
-        ):
-            with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, cu_seqlens[n], cu_seqlens[n + 1], n, has_init, n,
-                    cu_seqlens[n])
-    else:
-        @T.prim_func
-        def fused(
-            q: T.Tensor([tokens, H, K], dtype),
-            k: T.Tensor([tokens, H, K], dtype),
-            v: T.Tensor([tokens, HV, V], dtype),
-            g: T.Tensor([tokens, HV], accum),
-            beta: T.Tensor([tokens, HV], accum),
-            a_log: T.Tensor([HV], accum),
-            dt_bias: T.Tensor([HV], accum),
-            h0: T.Tensor(state_shape, accum),
-            o: T.Tensor([tokens, HV, V], dtype),
-            ht: T.Tensor(state_shape, accum),
-            seq_len: T.int32,
-            has_init: T.int32,
-        ):
-            with T.Kernel(HV, nseq, threads=threads, prelude=prelude) as (hv, n):
-                run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, n * seq_len, (n + 1) * seq_len, n, has_init, n,
-                    n * seq_len)
-
-    return fused
+    return kernel_entry("fused", seqs, inputs, outputs, launch)

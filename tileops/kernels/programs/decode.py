@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import tilelang.language as T
 
-from tileops.kernels.gdn.decode_tile import VEC, WARP, thread_tile
+from tileops.kernels.hardware import VEC, WARP
+from tileops.kernels.plans.decode_tile import thread_tile
 
 
 @dataclass(frozen=True)

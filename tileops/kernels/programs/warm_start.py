@@ -15,7 +15,7 @@ import math
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
-from tileops.kernels.gdn.chunk_prep import input_transforms
+from tileops.kernels.blocks.transforms import input_transforms
 
 FORGOTTEN = -24 * math.log(2)  # log of the bound below which the earlier state is dropped
 THREADS = 128  # a chunk's keys [64, K] squared and summed by row at once

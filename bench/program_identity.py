@@ -1,0 +1,183 @@
+"""Compare the programs GDN's kernels generate here with those of another revision, byte for byte.
+
+Builds every launcher of a fixed matrix of (kernel, config, call) cases, in two processes: one on
+the code at ``--against`` (a git revision, in a throw-away worktree) and one on the working tree.
+``tilelang.compile`` is replaced by TileLang's lowering without nvcc, so each program is its
+generated CUDA and the TIR of its host side (grid, launch and argument checks). Prints one line
+per case and exits non-zero when any program differs or is missing on either side.
+
+    python bench/program_identity.py --against fecdce3 [--cases 0,3,7] [--keep DIR]
+
+Needs no GPU and no nvcc: every program is lowered for {"kind": "cuda", "arch": "sm_90a"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# (kernel, config overrides, call overrides): the layouts, tilings, walks and flags the kernels
+# take, each program variant at least once.
+PREFILL = "tl.gdn_prefill"
+DECODE = "tl.gdn_decode"
+FUSED = dict(state_major="value", block_v=128, threads=256, fused=True)
+FLAGS = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+             allow_neg_eigval=True)
+CASES = [
+    (PREFILL, dict(block_v=32, threads=256, num_stages=2), {}),
+    (PREFILL, dict(block_v=32, threads=128, num_stages=1, min_blocks=2), dict(mode="varlen")),
+    (PREFILL, dict(block_v=32, threads=128, num_stages=1), dict(state_v_first=True, **FLAGS)),
+    (PREFILL, dict(state_major="value", block_v=64, threads=128, num_stages=2), {}),
+    (PREFILL, dict(state_major="value", block_v=128, threads=256, num_stages=1, walk_issue="paired"),
+     dict(mode="varlen", state_v_first=True)),
+    (PREFILL, dict(state_major="value", block_v=64, threads=128, num_stages=1),
+     dict(mode="varlen", dtype="float16", dim=64, heads=2, value_heads=4, **FLAGS)),
+    (PREFILL, dict(FUSED, num_stages=2), {}),
+    (PREFILL, dict(FUSED, num_stages=2, walk_moves="matrix", walk_issue="paired"), dict(mode="varlen")),
+    (PREFILL, dict(FUSED, num_stages=3, walk_moves="matrix"), dict(state_v_first=True)),
+    (PREFILL, dict(FUSED, num_stages=3, walk_moves="tma-output", piece_chunks=128), {}),
+    (PREFILL, dict(FUSED, num_stages=3, walk_moves="tma-output", walk_issue="overlapped", piece_chunks=64),
+     dict(mode="varlen", **FLAGS)),
+    (PREFILL, dict(FUSED, num_stages=2, walk_issue="overlapped"), dict(dtype="float16", **FLAGS)),
+    (PREFILL, dict(state_major="value", block_v=64, threads=128, num_stages=2, fused=True, piece_chunks=32),
+     dict(dim=64, heads=2, value_heads=4, state_v_first=True)),
+    (DECODE, dict(block_v=32, threads=64), dict(mode="decode")),
+    (DECODE, dict(block_v=64, threads=128, min_blocks=2), dict(mode="decode", **FLAGS)),
+    (DECODE, dict(block_v=32, threads=128), dict(mode="decode", state_v_first=True, dtype="float16", dim=64)),
+    (DECODE, dict(block_v=16, threads=32), dict(mode="decode", has_initial_state=False, heads=4, value_heads=4)),
+]
+
+
+def call(mode: str = "prefill", dtype: str = "bfloat16", dim: int = 128, heads: int = 16, value_heads: int = 32,
+         **flags):
+    """The CallSpec of one case on an H200."""
+    import torch
+
+    from tileops.callspec import CallSpec, make_flags
+
+    flags.setdefault("scale", dim ** -0.5)
+    tokens = 1 if mode == "decode" else 4096
+    return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=getattr(torch, dtype), device=torch.device("cuda"),
+                    arch="sm90", device_name="NVIDIA H200", batch=4, tokens=tokens, heads=heads,
+                    value_heads=value_heads, dim_k=dim, dim_v=dim, flags=make_flags(**flags))
+
+
+class Lowered:
+    """What the fake ``tilelang.compile`` returns: the program's sources, and the entry point the
+    decode launcher asks for (it is never called)."""
+
+    def __init__(self, device: str, host: str):
+        self.device, self.host = device, host
+        self.adapter = self
+
+    def get_kernel_source(self) -> str:
+        return self.device
+
+    def get_exportable_executable(self):
+        return self
+
+    def get_function(self, name: str):
+        return None
+
+
+def lower_only(program, target=None, pass_configs=None, **_):
+    """``tilelang.compile`` without nvcc: the program lowered as compile lowers it."""
+    import tilelang
+    import tvm
+
+    target = tvm.target.Target(target)
+    with tvm.transform.PassContext(opt_level=3, config=pass_configs or {}), target:
+        artifact = tilelang.lower(program, target=target, enable_device_compile=False)
+    return Lowered(artifact.kernel_source, artifact.host_mod.script())
+
+
+def programs(launcher) -> dict[str, Lowered]:
+    """The lowered programs a launcher holds (attributes, and the values of its dicts)."""
+    found = {}
+    for name, value in sorted(vars(launcher).items()):
+        members = enumerate(value.values()) if isinstance(value, dict) else [(None, value)]
+        for position, program in members:
+            if isinstance(program, Lowered):
+                found[name if position is None else f"{name}-{position}"] = program
+    return found
+
+
+def dump(indices: list[int], out: Path) -> None:
+    """Write each case's programs into ``out`` (run with the tree to build from first on sys.path)."""
+    import tilelang
+
+    tilelang.compile = lower_only
+    from tileops.kernels.registry import get_kernel
+
+    for index in indices:
+        name, overrides, flags = CASES[index]
+        kernel = get_kernel(name)
+        spec = call(**flags)
+        config = kernel.validate_config(dict(kernel.config_model().model_dump(), **overrides), spec)
+        for program, lowered in programs(kernel.build(config, spec)).items():
+            (out / f"{index}-{program}.cu").write_text(lowered.device)
+            (out / f"{index}-{program}.host").write_text(lowered.host)
+        print(f"  built case {index} in {os.path.basename(str(out))}", flush=True)
+
+
+def run_dump(tree: Path, indices: list[int], out: Path) -> subprocess.Popen:
+    out.mkdir(parents=True)
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    command = [sys.executable, __file__, "--dump", str(out), "--root", str(tree), "--cases", ",".join(map(str, indices))]
+    return subprocess.Popen(command, cwd=tree, env=env)
+
+
+def identical(index: int, old: Path, new: Path) -> bool:
+    names = sorted(p.name for p in old.glob(f"{index}-*"))
+    return bool(names) and names == sorted(p.name for p in new.glob(f"{index}-*")) and all(
+        filecmp.cmp(old / n, new / n, shallow=False) for n in names)
+
+
+def compare(against: str, indices: list[int], keep: Path | None) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(keep or tmp)
+        worktree = tmp / "against"
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), against], cwd=REPO, check=True,
+                       capture_output=True)
+        try:
+            builds = [run_dump(worktree, indices, tmp / "old"), run_dump(REPO, indices, tmp / "new")]
+            failed = [b.wait() != 0 for b in builds]
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=True)
+        if any(failed):
+            print("a build failed", file=sys.stderr)
+            return 1
+        differ = [i for i in indices if not identical(i, tmp / "old", tmp / "new")]
+        for i in indices:
+            count = len(list((tmp / "new").glob(f"{i}-*.cu")))
+            print(f"case {i} {CASES[i][0]} {CASES[i][1]} {CASES[i][2]}: {count} programs "
+                  f"{'DIFFER' if i in differ else 'identical'}")
+        print(f"{len(indices) - len(differ)} of {len(indices)} cases identical to {against}")
+        return 1 if differ else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="HEAD", help="the git revision to compare with")
+    parser.add_argument("--cases", help="comma-separated case indices (default: all)")
+    parser.add_argument("--keep", help="write the worktree and the programs here instead of a temporary folder")
+    parser.add_argument("--dump", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    indices = [int(i) for i in args.cases.split(",")] if args.cases else list(range(len(CASES)))
+    if args.dump:
+        sys.path.insert(0, args.root)
+        dump(indices, Path(args.dump))
+        return
+    sys.exit(compare(args.against, indices, Path(args.keep) if args.keep else None))
+
+
+if __name__ == "__main__":
+    main()

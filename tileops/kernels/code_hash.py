@@ -1,0 +1,99 @@
+"""The hash a kernel's tuning rows carry: its code as Python parses it, not as it is written.
+
+A kernel is built from its registering modules and every ``tileops.kernels`` module they import,
+at the top or inside a function, transitively (the registry, the config base and this module
+aside). Each is parsed without being imported (no TileLang, no compiler); docstrings and bare
+strings are dropped, imports skipped, and every other top-level statement is dumped without
+positions (comments and layout are not in the tree) and keyed by the name it defines. The hash
+covers the sorted (name, dump) pairs: a docstring, a comment, a reformat or a move of a
+definition to another module keeps it; a change to what any definition computes (a program, a
+launch parameter, a tile, a default) changes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+from typing import Iterable, Optional
+
+PACKAGE = "tileops.kernels"
+# Modules every kernel imports that describe kernels rather than build them.
+INFRASTRUCTURE = frozenset({f"{PACKAGE}.base", f"{PACKAGE}.config", f"{PACKAGE}.registry", f"{PACKAGE}.code_hash"})
+
+
+ROOT = Path(__file__).resolve().parent  # the folder of PACKAGE
+
+
+def module_path(name: str, root: Path = ROOT) -> Optional[Path]:
+    """The source file of kernel module ``name`` under ``root`` (found, not imported), or None."""
+    if not name.startswith(PACKAGE + "."):
+        return None
+    path = root.joinpath(*name[len(PACKAGE) + 1:].split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_modules(tree: ast.Module, root: Path = ROOT) -> set[str]:
+    """The ``tileops.kernels`` modules a module imports anywhere in its code."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PACKAGE):
+            found.add(node.module)
+            # ``from package import module`` names a module too
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if module_path(f"{node.module}.{alias.name}", root))
+    return {name for name in found if name.startswith(PACKAGE + ".") and name not in INFRASTRUCTURE}
+
+
+def without_strings(node: ast.AST) -> ast.AST:
+    """``node`` with every statement that is a bare string (a docstring) removed."""
+    for child in ast.walk(node):
+        body = getattr(child, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                            and isinstance(s.value.value, str))]
+            child.body = kept or [ast.Pass()]
+    return node
+
+
+def defined_name(statement: ast.stmt) -> str:
+    """The name a top-level statement defines ('' for one that defines none)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return statement.name
+    targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+    return ",".join(ast.unparse(t) for t in targets if t is not None)
+
+
+def definitions(path: Path) -> list[tuple[str, str]]:
+    """(name, dump) of every top-level statement of a module but its imports."""
+    tree = without_strings(ast.parse(path.read_text(encoding="utf-8")))
+    return [(defined_name(s), ast.dump(s)) for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
+
+
+def kernel_modules(roots: Iterable[str], root: Path = ROOT) -> list[str]:
+    """The roots and every kernel module they import, transitively, sorted."""
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        path = module_path(name, root)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        todo.extend(imported_modules(ast.parse(path.read_text(encoding="utf-8")), root))
+    return sorted(seen)
+
+
+def code_hash(roots: Iterable[str], *extra: str, root: Path = ROOT) -> str:
+    """sha256 (16 hex digits) of the definitions of the modules ``roots`` build from (the package's
+    files under ``root``), and of ``extra``."""
+    pairs = sorted(pair for name in kernel_modules(roots, root) for pair in definitions(module_path(name, root)))
+    digest = hashlib.sha256()
+    for part in (*extra, *(f"{name}\0{dump}" for name, dump in pairs)):
+        digest.update(part.encode())
+        digest.update(b"\1")
+    return digest.hexdigest()[:16]

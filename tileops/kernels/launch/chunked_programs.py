@@ -1,0 +1,85 @@
+"""The chunked programs a prefill config runs, specialised on a call and compiled for its arch.
+
+Every program is specialised on the config, dtype, heads, widths and flags; token count, batch and
+sequence count are run-time values, so a new length reuses the compiled programs.
+"""
+
+from __future__ import annotations
+
+import tilelang
+import torch
+
+from tileops.callspec import CallSpec
+from tileops.kernels.config import KernelConfig
+from tileops.kernels.hardware import compile_target
+from tileops.kernels.programs import chain_key, chain_value
+from tileops.kernels.programs.chunk_fused import fused_program
+from tileops.kernels.programs.chunk_prep import prep_program
+from tileops.kernels.programs.warm_start import warm_start_program
+
+# The software pipeline of the chain keeps its loads in the compute warps: the automatic
+# producer/consumer split mishandles the state tile set up before the loop.
+PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
+# The first pass is bound by the latency of its transcendentals (alone on one warpgroup in the
+# fused kernel): approximate ones took the fused B8×T4096 from 0.88 ms to 0.78, and the two-pass
+# first pass of B8 from 0.420 to 0.408, at the same error against the float64 reference.
+FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+
+_TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def query_scale(spec: CallSpec) -> float:
+    """The call's query scale: its ``scale`` flag, or K^-1/2."""
+    scale = spec.flag("scale")
+    return float(spec.dim_k ** -0.5 if scale is None else scale)
+
+
+def sequences(spec: CallSpec, pieces: bool = False) -> str:
+    """How the call hands its sequences to a program (``blocks.entry``)."""
+    return "pieces" if pieces else "packed" if spec.mode == "varlen" else "equal"
+
+
+def transform_flags(spec: CallSpec) -> dict:
+    """The input transforms the call asks the kernel for, and the token dtype."""
+    return dict(dtype=_TL_DTYPES[spec.dtype], l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
+                gate_in_kernel=bool(spec.flag("use_gate_in_kernel", False)),
+                beta_sigmoid=bool(spec.flag("use_beta_sigmoid_in_kernel", False)),
+                neg_eigval=bool(spec.flag("allow_neg_eigval", False)))
+
+
+def compile_prep(config: KernelConfig, spec: CallSpec):
+    """The first pass for ``spec``."""
+    program = prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
+                           sequences=sequences(spec), scale=query_scale(spec), **transform_flags(spec))
+    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+
+
+def compile_fused(config: KernelConfig, spec: CallSpec):
+    """The fused kernel for ``spec``."""
+    program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+                            chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
+                            walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
+                            sequences=sequences(spec, bool(config.piece_chunks)), scale=query_scale(spec),
+                            **transform_flags(spec))
+    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+
+
+def compile_warm_start(config: KernelConfig, spec: CallSpec):
+    """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product)."""
+    program = warm_start_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
+                                 chunk=config.chunk_size, **transform_flags(spec))
+    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
+
+
+CHAINS = {"key": chain_key.chain_program, "value": chain_value.chain_program}
+
+
+def compile_chain(config: KernelConfig, spec: CallSpec):
+    """The state pass for ``spec``, in the config's layout (value-major: with its products' waits)."""
+    waits = dict(issue=config.walk_issue) if config.state_major == "value" else {}
+    program = CHAINS[config.state_major](
+        heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+        chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
+        sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
+        threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks, **waits)
+    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)

@@ -1,0 +1,31 @@
+"""The entry both chain layouts share: their arguments and grid, and each CTA's sequence bounds."""
+
+import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
+
+from tileops.kernels.blocks.entry import Sequences, kernel_entry
+
+
+def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
+                 block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int):
+    """The prim_func that runs ``run_chain`` (a ``T.macro`` taking q, k, v, tp, m, f, h0, o, ht and
+    the CTA's sequence n, value head hv, V tile bv, token bounds bos..eos and has_init), for
+    ``equal`` or ``packed`` sequences (``blocks.entry``). Without an initial state, pass any tensor
+    of the state's shape as ``h0`` (it is not read). Grid: (V / block_v, HV, N).
+    """
+    H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
+    accum = "float32"
+    tokens = T.dynamic("tokens")
+    seqs = Sequences(sequences, HV, with_state=True)
+    state_shape = seqs.state_shape(HV, K, V, state_v_first)
+    inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),
+              ("v", T.Tensor([tokens, HV, V], dtype)), ("tp", T.Tensor([HV, tokens, C], dtype)),
+              ("m", T.Tensor([HV, tokens, C], dtype)), ("f", T.Tensor([4, HV, tokens], accum)),
+              ("h0", T.Tensor(state_shape, accum))]
+    outputs = [("o", T.Tensor([tokens, HV, V], dtype)), ("ht", T.Tensor(state_shape, accum))]
+
+    @T.macro
+    def launch(q, k, v, tp, m, f, h0, o, ht, seqs):
+        with T.Kernel(V // BV, HV, seqs.walks, threads=threads) as (bv, hv, n):
+            run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, seqs.begin(n), seqs.end(n), seqs.has_init(n, hv))
+
+    return kernel_entry("chain", seqs, inputs, outputs, launch)
