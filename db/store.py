@@ -8,10 +8,11 @@ tuning processes can share one file without losing rows.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from pydantic import BaseModel
-from sqlalchemy import Select, delete, select
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -21,13 +22,25 @@ from tileops.db.key import TuningKey
 from tileops.db.migrate import ensure_current, require_current
 from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, Base, Trial, TuningRun, Winner
 from tileops.db.retry import retry_locked
-from tileops.db.schemas import KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, utc_now
+from tileops.db.schemas import (
+    KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, describe_errors, utc_now)
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)
 
 TRIAL_FILTERS = KEY_COLUMNS + ("run_id", "status", "source_hash")
 WINNER_FILTERS = KEY_COLUMNS + ("source", "source_hash")
+FAMILY_COLUMNS = ("op", "kernel", "arch", "dtype", "dim_k", "dim_v", "flags")
+
+
+@dataclass(frozen=True)
+class MalformedRow:
+    """A stored winner that is not a valid record (config that is not JSON, a value out of range):
+    its id, its key cells as stored, and why. ``tileops-db show`` lists it; ``prune`` deletes it."""
+
+    id: int
+    key: dict[str, Any]
+    reason: str
 
 
 class TuningStore:
@@ -203,10 +216,51 @@ class TuningStore:
             return self._write(work)
 
     def winners(self, **filters: Any) -> list[WinnerRecord]:
-        """Winners matching ``filters`` (key columns, source, source_hash; None = any), in key order."""
+        """Winners matching ``filters`` (key columns, source, source_hash; None = any), in key order;
+        malformed rows are left out (``winner_rows`` returns them)."""
+        return self.winner_rows(**filters)[0]
+
+    def winner_rows(self, *, limit: Optional[int] = None, offset: int = 0,
+                    **filters: Any) -> tuple[list[WinnerRecord], list[MalformedRow]]:
+        """(valid winners, malformed rows) matching ``filters``, in key order; ``limit`` and
+        ``offset`` page through them. One bad row never fails the read."""
         query = (select(Winner).where(*_conditions(Winner, filters, WINNER_FILTERS))
-                 .order_by(*(getattr(Winner, name) for name in KEY_COLUMNS), Winner.id))
-        return self._read(query, WinnerRecord)
+                 .order_by(*(getattr(Winner, name) for name in KEY_COLUMNS), Winner.id)
+                 .offset(offset).limit(limit))
+        return self._read_winners(query)
+
+    def count_winners(self, **filters: Any) -> int:
+        """How many winners match ``filters``, malformed ones included."""
+        query = select(func.count()).select_from(Winner).where(*_conditions(Winner, filters, WINNER_FILTERS))
+        with self._sessions() as session:
+            return session.scalar(query)
+
+    def nearest_winners(self, key: TuningKey, limit: int) -> tuple[list[WinnerRecord], list[MalformedRow]]:
+        """Up to ``limit`` winners of ``key``'s family nearest to it by bucket distance (its own row
+        first): this device's, or, when this device has none, other devices'. The device's rows
+        are one range of the key's unique index, so a lookup reads ``limit`` rows however many the
+        family holds."""
+        family = [getattr(Winner, name) == getattr(key, name) for name in FAMILY_COLUMNS]
+        distance = (func.abs(Winner.bucket_tokens - key.bucket_tokens)
+                    + func.abs(Winner.bucket_rows - key.bucket_rows))
+        for device in (Winner.device_name == key.device_name, Winner.device_name != key.device_name):
+            query = select(Winner).where(*family, device).order_by(distance, Winner.id).limit(limit)
+            good, bad = self._read_winners(query)
+            if good or bad:
+                return good, bad
+        return [], []
+
+    def _read_winners(self, query: Select) -> tuple[list[WinnerRecord], list[MalformedRow]]:
+        good, bad = [], []
+        with self._sessions() as session:
+            for row in session.scalars(query):
+                try:
+                    good.append(_record(WinnerRecord, row))
+                except (ValueError, ValidationError) as err:  # json's errors are ValueErrors
+                    reason = describe_errors(err) if isinstance(err, ValidationError) else str(err)
+                    bad.append(MalformedRow(row.id, {name: getattr(row, name) for name in KEY_COLUMNS},
+                                            f"malformed row: {reason}"))
+        return good, bad
 
     def delete_winners(self, ids: Optional[Iterable[int]] = None, **filters: Any) -> int:
         """Delete the winners with these ids and/or matching ``filters``; returns how many.

@@ -13,13 +13,16 @@ import warnings
 from typing import Callable, Optional, TypeVar
 
 from tileops.db.engine import READ_BUSY_TIMEOUT_S, display_url, resolve_url, sqlite_path
+from tileops.db.key import TuningKey
 from tileops.db.schemas import WinnerRecord
-from tileops.errors import TuningDatabaseWarning
+from tileops.errors import TuningDatabaseWarning, TuningRowWarning
 
 T = TypeVar("T")
 
 # The longest an op call waits on the database; a read still running then is abandoned.
 DEADLINE_S = READ_BUSY_TIMEOUT_S
+# How many of a family's rows a lookup reads: the key's own, then the nearest buckets and devices.
+NEAREST_ROWS = 32
 
 
 class DatabaseTimeout(Exception):
@@ -59,22 +62,36 @@ class UserDatabase:
         self._store = None
         self._broken = False
 
+    def nearest(self, key: TuningKey) -> list[WinnerRecord]:
+        """The key's own winner and its family's nearest (``NEAREST_ROWS`` at most, by bucket
+        distance: this device's, else other devices'); [] when the database cannot serve. A
+        malformed row is passed over with a ``TuningRowWarning``; the others still serve."""
+        good, bad = self._ask(lambda store: store.nearest_winners(key, NEAREST_ROWS), ([], []))
+        for row in bad:
+            warnings.warn(f"tuning row {row.id} of {self._shown()} passed over ({row.reason}); "
+                          "tileops-db prune removes it", TuningRowWarning, stacklevel=3)
+        return good
+
     def winners(self, **filters: object) -> list[WinnerRecord]:
         """Winners matching the key columns in ``filters``; [] when the database cannot serve."""
+        return self._ask(lambda store: store.winners(**filters), [])
+
+    def _ask(self, read: Callable, empty: T) -> T:
+        """``read(store)`` within the deadline, or ``empty`` (warning once) when the database cannot serve."""
         if self._broken:
-            return []
+            return empty
         try:
             if self.url is None:
                 self.url = resolve_url(self._requested)
             path = sqlite_path(self.url)
             if path is not None and not path.exists():
-                return []
-            return within_deadline(lambda: self._open().winners(**filters))
+                return empty
+            return within_deadline(lambda: read(self._open()))
         except Exception as err:  # any database fault must leave the op call working
             self._broken = True
             warnings.warn(f"tuning database {self._shown()} cannot be read ({type(err).__name__}: {err}); "
-                          "using the shipped snapshot and default configs", TuningDatabaseWarning, stacklevel=3)
-            return []
+                          "using the shipped snapshot and default configs", TuningDatabaseWarning, stacklevel=4)
+            return empty
 
     def _shown(self) -> str:
         """The database's name as it may be printed (no password), even when it does not parse."""

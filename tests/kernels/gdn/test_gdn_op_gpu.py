@@ -46,7 +46,7 @@ def test_decode_replays_in_a_cuda_graph_without_database_or_compile(monkeypatch)
     static = make_inputs(case, seed=1)
     op(*static)  # warm: selection cached, kernel built
     torch.cuda.synchronize()
-    monkeypatch.setattr(UserDatabase, "winners", lambda self, **f: pytest.fail("database read during replay"))
+    monkeypatch.setattr(UserDatabase, "nearest", lambda self, key: pytest.fail("database read during replay"))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out_o, out_state = op(*static)
