@@ -1,8 +1,11 @@
 """Command-line tools: tileops-db (the tuning database), tileops-tune and tileops-bench."""
 
+# Where nothing says how wide the output is (a pipe without $COLUMNS): a terminal's classic width.
+PIPE_WIDTH = 80
+
 
 def wide_console(stderr: bool = False) -> "Console":
-    """A rich console that keeps tables on one line per row when output is piped (logs, CI)."""
+    """A rich console as wide as the terminal, or as $COLUMNS says, else 80 columns (a pipe)."""
     import os
 
     from rich.console import Console
@@ -11,4 +14,10 @@ def wide_console(stderr: bool = False) -> "Console":
     if probe.is_terminal:
         return probe
     columns = os.environ.get("COLUMNS", "")
-    return Console(stderr=stderr, width=max(200, int(columns) if columns.isdigit() else 0))
+    return Console(stderr=stderr, width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH)
+
+
+def printable(text: str) -> str:
+    """``text`` with control and other unprintable characters shown as escapes (\\x1b, \\n), so
+    that text from a database can never drive the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))

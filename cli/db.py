@@ -8,13 +8,14 @@ Every command takes ``--db`` (a SQLAlchemy URL or a SQLite path; default $TILEOP
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn, Optional, Union
 
 import typer
 from alembic.util import CommandError
-from tileops.cli import wide_console
+from tileops.cli import printable, wide_console
 from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
@@ -26,7 +27,7 @@ from tileops.db.errors import StoreError
 from tileops.db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
 from tileops.db.models import WINNER_SOURCES
 from tileops.db.schemas import WinnerRecord, record_key
-from tileops.db.store import TuningStore
+from tileops.db.store import MalformedRow, TuningStore
 
 app = typer.Typer(name="tileops-db", help="Inspect and maintain the tileops tuning database.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -47,7 +48,7 @@ EXPECTED_ERRORS = (StoreError, SQLAlchemyError, CommandError, OSError, ValueErro
 
 def print_error(message: str) -> None:
     """``error: message`` on stderr, on one line."""
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(printable(message))}", highlight=False, soft_wrap=True)
 
 
 def fail(message: str) -> NoReturn:
@@ -73,21 +74,29 @@ def check_all(rows: list[WinnerRecord]) -> list[tuple[WinnerRecord, Optional[str
     return [(row, usable(row)[1]) for row in rows]
 
 
-KEY_HEADERS = ("op", "kernel", "arch", "dtype", "KxV", "flags", "bucket", "device")
+KEY_HEADERS = ("key", "flags", "device")
 
 
-def key_cells(record: WinnerRecord) -> list[str]:
-    """The tuning key of a row as table cells, under ``KEY_HEADERS``."""
-    return [record.op, record.kernel, record.arch, record.dtype, f"{record.dim_k}x{record.dim_v}",
-            record.flags, f"t{record.bucket_tokens} r{record.bucket_rows}", record.device_name]
+def key_cells(record: Union[WinnerRecord, MalformedRow]) -> list[str]:
+    """The tuning key of a row as table cells under ``KEY_HEADERS``, escaped for the terminal:
+    op, kernel, arch, dtype, KxV and buckets in one cell, so that a table fits 80 columns."""
+    key = record.key if isinstance(record, MalformedRow) else record.model_dump()
+    cells = [f"{key['op']} {key['kernel']} {key['arch']} {key['dtype']} {key['dim_k']}x{key['dim_v']} "
+             f"t{key['bucket_tokens']} r{key['bucket_rows']}", key["flags"], key["device_name"]]
+    return [escape(printable(cell)) for cell in cells]
 
 
 def key_table(title: str, *extra: str) -> Table:
     """A table whose first columns are the tuning key."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(printable(title)), title_justify="left")
     for header in (*KEY_HEADERS, *extra):
         table.add_column(header, overflow="fold")
     return table
+
+
+def text_cell(value: object) -> str:
+    """Any database text as a table cell: control characters escaped, no rich markup."""
+    return escape(printable(str(value)))
 
 
 def ms(value: Optional[float]) -> str:
@@ -124,33 +133,49 @@ def downgrade(revision: Annotated[str, typer.Option(help="Target revision; 'base
 @app.command()
 def show(db: Db = None, op: OpFilter = None, arch: ArchFilter = None, dtype: DtypeFilter = None,
          kernel: KernelFilter = None,
-         stale_only: Annotated[bool, typer.Option(help="Only rows dispatch would ignore.")] = False) -> None:
-    """List the winners with their timings and whether dispatch can still use them."""
+         stale_only: Annotated[bool, typer.Option(help="Only rows dispatch would ignore.")] = False,
+         limit: Annotated[int, typer.Option(min=1, help="Show at most this many rows.")] = 100,
+         offset: Annotated[int, typer.Option(min=0, help="Skip this many rows first (the next page).")] = 0,
+         ) -> None:
+    """List the winners with their timings and whether dispatch can still use them, a page at a time."""
+    filters = dict(op=op, arch=arch, dtype=dtype, kernel=kernel)
     with TuningStore(db, readonly=True) as store:
-        rows = store.winners(op=op, arch=arch, dtype=dtype, kernel=kernel)
-    checked = check_all(rows)
+        total = store.count_winners(**filters)
+        rows, malformed = store.winner_rows(**filters) if stale_only else store.winner_rows(
+            limit=limit, offset=offset, **filters)
+    checked = [*check_all(rows), *((row, row.reason) for row in malformed)]
     if stale_only:
         checked = [(row, problem) for row, problem in checked if problem]
+        total = len(checked)
+        checked = checked[offset:offset + limit]
     if not checked:
-        out.print("no winners match")
+        out.print("no winners match" if offset == 0 else f"no winners past the first {offset}")
         return
-    table = key_table(f"{len(checked)} winners", "config", "ms", "default ms", "speedup", "source", "status")
+    shown = f"{offset + 1}-{offset + len(checked)} of {total}"
+    more = f"; --offset {offset + len(checked)} for more" if offset + len(checked) < total else ""
+    table = key_table(f"{total} winners (rows {shown}{more})", "config", "ms", "speedup", "source", "status")
     for row, problem in checked:
+        status = "[green]ok[/green]" if problem is None else f"[red]{text_cell(problem)}[/red]"
+        if isinstance(row, MalformedRow):
+            table.add_row(*key_cells(row), "-", "-", "-", "-", status)
+            continue
         speedup = "-" if row.speedup is None else f"{row.speedup:.2f}x"
-        status = "[green]ok[/green]" if problem is None else f"[red]{escape(problem)}[/red]"
-        table.add_row(*map(escape, key_cells(row)), escape(row.config_json), ms(row.time_ms),
-                      ms(row.default_ms), speedup, row.source, status)
+        table.add_row(*key_cells(row), text_cell(row.config_json), ms(row.time_ms), speedup, row.source, status)
     out.print(table)
 
 
 @app.command()
-def export(out_file: Annotated[Path, typer.Option("--out", help="The JSONL file to write.")],
+def export(out_file: Annotated[str, typer.Option("--out", help="The JSONL file to write; - for standard output.")],
            db: Db = None, op: OpFilter = None, arch: ArchFilter = None, dtype: DtypeFilter = None,
            kernel: KernelFilter = None) -> None:
     """Write winners as JSONL (sorted, one row a line: diffs well in git)."""
     with TuningStore(db, readonly=True) as store:
-        count = export_winners(store.winners(op=op, arch=arch, dtype=dtype, kernel=kernel), out_file)
-    out.print(f"exported {count} winners to {escape(str(out_file))}")
+        rows, malformed = store.winner_rows(op=op, arch=arch, dtype=dtype, kernel=kernel)
+    to_stdout = out_file == "-"
+    count = export_winners(rows, sys.stdout if to_stdout else Path(out_file))
+    report = err if to_stdout else out
+    report.print(f"exported {count} winners to {'standard output' if to_stdout else escape(out_file)}"
+                 + (f" ({len(malformed)} malformed rows left out; tileops-db prune removes them)" if malformed else ""))
 
 
 @app.command("import")
@@ -173,7 +198,7 @@ def import_(file: Annotated[Path, typer.Argument(help="A JSONL file of winners."
         table.add_column("line", justify="right")
         table.add_column("reason", overflow="fold")
         for line, reason in sorted(rejects):
-            table.add_row(str(line), escape(reason))
+            table.add_row(str(line), text_cell(reason))
         out.print(table)
         raise typer.Exit(1)
 
@@ -183,7 +208,7 @@ def load_winners(source: str) -> list[WinnerRecord]:
     if source.endswith(".jsonl"):
         records, rejects = read_winners(Path(source))
         for line, reason in rejects:
-            err.print(f"[yellow]warning:[/yellow] {escape(source)} line {line} skipped: {escape(reason)}")
+            err.print(f"[yellow]warning:[/yellow] {text_cell(source)} line {line} skipped: {text_cell(reason)}")
         return records
     with TuningStore(source, readonly=True) as store:
         return store.winners()
@@ -192,7 +217,8 @@ def load_winners(source: str) -> list[WinnerRecord]:
 @app.command()
 def diff(a: Annotated[str, typer.Argument(help="Database URL/path or .jsonl file.")],
          b: Annotated[str, typer.Argument(help="Database URL/path or .jsonl file.")]) -> None:
-    """Compare two sets of winners by tuning key: added in B, removed from A, changed."""
+    """Compare two sets of winners by tuning key: added in B, removed from A, changed; exit 1 when
+    they differ."""
     changes = diff_winners(load_winners(a), load_winners(b))
     if not changes:
         out.print("no differences")
@@ -201,13 +227,14 @@ def diff(a: Annotated[str, typer.Argument(help="Database URL/path or .jsonl file
         if rows:
             table = key_table(f"{title} ({len(rows)})", "config", "ms", "source")
             for row in rows:
-                table.add_row(*map(escape, key_cells(row)), escape(row.config_json), ms(row.time_ms), row.source)
+                table.add_row(*key_cells(row), text_cell(row.config_json), ms(row.time_ms), row.source)
             out.print(table)
     if changes.changed:
         table = key_table(f"changed ({len(changes.changed)})", "what changed")
         for old, new in changes.changed:
-            table.add_row(*map(escape, key_cells(new)), escape(changed_fields(old, new)))
+            table.add_row(*key_cells(new), text_cell(changed_fields(old, new)))
         out.print(table)
+    raise typer.Exit(1)  # like diff(1): the sets differ
 
 
 def changed_fields(old: WinnerRecord, new: WinnerRecord) -> str:
@@ -220,15 +247,18 @@ def changed_fields(old: WinnerRecord, new: WinnerRecord) -> str:
 @app.command()
 def prune(db: Db = None,
           dry_run: Annotated[bool, typer.Option(help="Only list what would be deleted.")] = False) -> None:
-    """Delete winners dispatch can no longer use (unknown kernel, invalid config, stale source)."""
+    """Delete winners dispatch can no longer use (unknown kernel, invalid config, stale source,
+    malformed row)."""
     with TuningStore(db, readonly=dry_run) as store:
-        doomed = [(row, problem) for row, problem in check_all(store.winners()) if problem]
+        rows, malformed = store.winner_rows()
+        doomed = [(row, problem) for row, problem in check_all(rows) if problem]
+        doomed += [(row, row.reason) for row in malformed]
         if not doomed:
             out.print("nothing to prune")
             return
         table = key_table(f"{len(doomed)} unusable winners", "why")
         for row, problem in doomed:
-            table.add_row(*map(escape, key_cells(row)), escape(problem))
+            table.add_row(*key_cells(row), text_cell(problem))
         out.print(table)
         if dry_run:
             out.print(f"would delete {len(doomed)} winners (dry run)")
@@ -277,10 +307,9 @@ def warm(db: Db = None,
     out.print(f"compiled {len(usable) - len(failures)} of {len(usable)} winners for {arch}"
               + (f" ({len(rows) - len(usable)} unusable rows skipped)" if len(rows) > len(usable) else ""))
     if failures:
-        table = key_table(f"{len(failures)} failed", "error")
-        for row, reason in failures:
-            table.add_row(*map(escape, key_cells(row)), escape(reason))
-        out.print(table)
+        out.print(f"{len(failures)} failed:")
+        for row, reason in failures:  # one line each, whole: an error is read, not tabulated
+            out.print(f"  {' '.join(key_cells(row))}: {text_cell(reason)}", soft_wrap=True, highlight=False)
         raise typer.Exit(1)
 
 

@@ -12,6 +12,36 @@ from tileops.kernels.registry import get_kernel
 from tileops.cases import Case
 from tileops.tuner.cases import make_inputs, make_op, spec_for_arch
 
+# The most a warm-up call may allocate for its inputs and state: a compile needs only a small
+# call, so a row whose recorded call asks for more is refused, not trusted.
+MAX_WARM_BYTES = 256 << 20
+
+
+def call_bytes(case: Case) -> int:
+    """An upper bound on the bytes of a case's inputs and state (8 bytes an element)."""
+    rows = len(case.seqlens) if case.seqlens else case.batch
+    tokens = sum(case.seqlens) if case.seqlens else case.batch * case.tokens
+    per_token = 2 * case.heads * case.dim + case.value_heads * (3 * case.dim + 2)
+    return 8 * (tokens * per_token + rows * case.value_heads * case.dim * case.dim)
+
+
+def checked_case(record: WinnerRecord) -> Case:
+    """The smallest case of a winner's recorded call, refused (ValueError) when it does not match
+    the row's key or would allocate more than ``MAX_WARM_BYTES``."""
+    try:
+        case = Case.from_json(record.call).smallest()
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"winner {record.kernel} has a recorded call that is not a case ({err})") from None
+    if case.op != record.op or case.dim != record.dim_k or case.dim != record.dim_v or case.dtype != record.dtype:
+        raise ValueError(f"winner {record.kernel}: its recorded call ({case.label}) is not of its key "
+                         f"({record.op} K{record.dim_k} V{record.dim_v} {record.dtype})")
+    size = call_bytes(case)
+    if size > MAX_WARM_BYTES or min(case.batch, case.tokens, case.heads, case.value_heads, case.dim) < 1:
+        raise ValueError(f"winner {record.kernel}: its recorded call ({case.label}) would allocate "
+                         f"{size / 2**20:.0f} MiB to compile, more than the {MAX_WARM_BYTES >> 20} MiB a warm-up "
+                         "allows; re-tune that key or prune the row")
+    return case
+
 
 def compile_winner(record: WinnerRecord) -> None:
     """Build a winner's kernel for the call it was tuned on (any length: lengths are run-time).
@@ -19,12 +49,13 @@ def compile_winner(record: WinnerRecord) -> None:
     On a machine with the winner's device the build goes through dispatch's compile cache and
     runs nothing; for another architecture (a CPU machine filling the cache ahead of a GPU one)
     the call is described on the CPU and the kernel compiled for that architecture.
-    Raises ValueError when the row does not say which call it was tuned on.
+    Raises ValueError when the row does not say which call it was tuned on, or when that call
+    does not fit the row or a warm-up's allocation bound (``checked_case``).
     """
     if not record.call:
         raise ValueError(f"winner {record.kernel} has no recorded call to compile for")
     kernel = get_kernel(record.kernel)
-    case = Case.from_json(record.call).smallest()
+    case = checked_case(record)
     if record.arch != current_arch():
         spec = spec_for_arch(case, record.arch, record.device_name)
         kernel.build(kernel.validate_config(record.config, spec), spec)

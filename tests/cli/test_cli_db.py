@@ -85,12 +85,12 @@ def test_diff_between_a_file_and_a_database(tmp_path):
     db = str(tmp_path / "tuned.db")
     fill(db, base[0], base[1].model_copy(update={"time_ms": 0.125}), make_winner(bucket_tokens=9))
     result = run_cli("diff", str(path), db)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the sets differ, as diff(1) says it
     out = result.stdout
     assert "added (1)" in out and "removed (1)" in out and "changed (1)" in out
     assert "time_ms: 0.5 -> 0.125" in out
     same = run_cli("diff", str(path), str(path))
-    assert same.stdout.strip() == "no differences"
+    assert same.returncode == 0 and same.stdout.strip() == "no differences"
 
 
 def test_prune_deletes_only_what_dispatch_cannot_use(sqlite_url, tiny_kernel):
