@@ -88,8 +88,7 @@ def register(cls: type, outputs: int, *, differentiable: bool = True) -> None:
     split = len(inputs)
 
     def run(*args: Any) -> tuple:
-        # contiguous, as the fake says: the reference returns some outputs as strided views
-        return tuple(x.contiguous() for x in instance(name, args[split:])._run(*args[:split]))
+        return _owned(instance(name, args[split:])._run(*args[:split]), args[:split])
 
     def fake(*args: Any) -> tuple:
         return tuple(instance(name, args[split:])._fake(*args[:split]))
@@ -105,6 +104,27 @@ def register(cls: type, outputs: int, *, differentiable: bool = True) -> None:
 
     torch.library.register_autograd(f"{NAMESPACE}::{name}", _backward_formula(name, differentiable),
                                     setup_context=setup_context, lib=_LIB)
+
+
+def _owned(outputs: Sequence[torch.Tensor], inputs: Sequence[object]) -> tuple:
+    """The outputs as the fake describes them: contiguous, each in storage of its own (the
+    reference returns some as views, of its internals or of one another)."""
+    seen = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+    out = []
+    for x in outputs:
+        if x.stride() != _dense_strides(x.shape) or x.storage_offset() or x.untyped_storage().data_ptr() in seen:
+            x = x.clone(memory_format=torch.contiguous_format)
+        seen.add(x.untyped_storage().data_ptr())
+        out.append(x)
+    return tuple(out)
+
+
+def _dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _backward_formula(name: str, differentiable: bool):
@@ -145,10 +165,10 @@ def _register_backward(name: str, split: int, settings: list[str]) -> None:
 
         # torch.func.vjp differentiates even where autograd is off (inside a custom op, a compiled graph)
         outputs, vjp = torch.func.vjp(forward, *(inputs[i] for i in where))
-        return list(vjp(tuple(g.to(o.dtype) for o, g in zip(outputs, grads))))
+        return list(_owned(vjp(tuple(g.to(o.dtype) for o, g in zip(outputs, grads))), ()))
 
     def fake(grads: list[torch.Tensor], inputs: list, *settings: object) -> list[torch.Tensor]:
-        return [torch.empty_like(x) for x in inputs if _is_differentiable(x)]
+        return [x.new_empty(x.shape) for x in inputs if _is_differentiable(x)]
 
     _LIB.impl(qualname, run, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{qualname}", fake, lib=_LIB)

@@ -59,7 +59,7 @@ class DeltaNetChunkFwdOp(_ChunkedDeltaNetOp):
         chunks = (length + self.chunk_size - 1) // self.chunk_size
         per_chunk = q.new_empty((batch, heads, length, self.chunk_size))
         states = q.new_empty((batch, heads, chunks + 1, dim_k, v.shape[3]), dtype=state_dtypes(q.dtype)[0])
-        return q.new_empty(v.shape), states, per_chunk, torch.empty_like(per_chunk), torch.empty_like(q), torch.empty_like(v)
+        return q.new_empty(v.shape), states, per_chunk, per_chunk.new_empty(per_chunk.shape), q.new_empty(q.shape), v.new_empty(v.shape)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 beta: torch.Tensor) -> Tuple[torch.Tensor, ...]:
@@ -94,7 +94,7 @@ class DeltaNetChunkBwdOp(_ChunkedDeltaNetOp):
         return self._spec(shapes, q, "chunk_bwd"), (do, q, k, v, beta, S, Aw, Au, w, u)
 
     def _fake(self, do, q, k, v, beta, S, Aw, Au, w, u) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.empty_like(x) for x in (q, k, v, beta))
+        return tuple(x.new_empty(x.shape) for x in (q, k, v, beta))
 
     def forward(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 beta: torch.Tensor, S: torch.Tensor, Aw: torch.Tensor, Au: torch.Tensor, w: torch.Tensor,
@@ -128,7 +128,7 @@ class DeltaNetRecurrentFwdOp(Op):
         return spec, (q, k, v, beta, state)
 
     def _fake(self, q, k, v, beta, state) -> tuple[torch.Tensor, torch.Tensor]:
-        return q.new_empty(v.shape), torch.empty_like(state)
+        return q.new_empty(v.shape), state.new_empty(state.shape)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                 state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

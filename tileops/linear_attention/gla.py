@@ -114,7 +114,7 @@ class GLAChunkBwdOp(_GLAChunkOp):
         return spec, (q, k, v, g, h, do, dht)
 
     def _fake(self, q, k, v, g, h, do, dht) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.empty_like(x) for x in (q, k, v, g))
+        return tuple(x.new_empty(x.shape) for x in (q, k, v, g))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                 do: torch.Tensor, dht: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -146,7 +146,7 @@ class GLARecurrentFwdOp(Op):
         return spec, (q, k, v, gk, state)
 
     def _fake(self, q, k, v, gk, state) -> tuple[torch.Tensor, torch.Tensor]:
-        return q.new_empty(v.shape), torch.empty_like(state)
+        return q.new_empty(v.shape), state.new_empty(state.shape)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gk: torch.Tensor,
                 state: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
