@@ -95,6 +95,13 @@ def main_command(
     if replot is not None:
         rows = json.loads(replot.read_text())
     else:
+        import torch
+
+        if not torch.cuda.is_available():
+            console.print("[red]error:[/red] tileops-bench times GPU kernels and this machine has no CUDA "
+                          "device; run it on a GPU machine (--overhead and --replot work anywhere)",
+                          soft_wrap=True, highlight=False)
+            raise typer.Exit(1)
         from tileops.cli.bench_run import bench
 
         rows = bench(bench_rows(op), peers_path, peer_timeout)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+import click
 import typer
-from tileops.cli import wide_console
+from rich.markup import escape
+
+from tileops.cli import printable, wide_console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, help="Tune linear-attention kernels and store the winners.")
+app = typer.Typer(add_completion=False, help="Tune linear-attention kernels and store the winners.",
+                  pretty_exceptions_enable=False)
 console = wide_console()
 
 
@@ -75,8 +79,34 @@ def tune(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: database faults, a full disk and Ctrl-C end in one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tileops.db.errors import StoreError
+
+    try:
+        app(standalone_mode=False)
+    except KeyboardInterrupt:
+        console.print("interrupted: the run is recorded as interrupted; winners of finished keys are kept",
+                      soft_wrap=True, highlight=False)
+        raise SystemExit(130) from None
+    except (StoreError, SQLAlchemyError, OSError) as error:
+        console.print(f"[red]error:[/red] {escape(printable(one_line(error)))}", soft_wrap=True, highlight=False)
+        raise SystemExit(1) from None
+    except click.exceptions.Exit as done:
+        raise SystemExit(done.exit_code) from None
+    except click.ClickException as usage:
+        usage.show()
+        raise SystemExit(usage.exit_code) from None
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: a driver error without SQLAlchemy's statement and link."""
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(error, DBAPIError):
+        error = error.orig
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":

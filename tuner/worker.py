@@ -11,8 +11,21 @@ from typing import Optional
 from tileops.tuner.evaluate import Job, Outcome
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (even by kill -9), so that no worker
+    outlives the tuner; elsewhere the closed pipe ends the loop at the next job."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _serve(conn) -> None:
     """The child's loop: one JSON job in, one JSON outcome out, until told to stop."""
+    _die_with_parent()
     from tileops.tuner.evaluate import evaluate
 
     while True:

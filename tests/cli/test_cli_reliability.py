@@ -91,3 +91,22 @@ def test_warm_refuses_a_recorded_call_too_large_to_allocate():
         checked_case(mismatched)
     fine = Case("gdn", 4, 8192, 16, 32, 128, "bfloat16")
     assert checked_case(make_winner(call=fine.to_json())) == fine.smallest()
+
+
+def test_tune_and_bench_fail_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100")
+    tune = subprocess.run([sys.executable, "-m", "tileops.cli.tune", "--arch", "cpu", "--db",
+                           str(tmp_path / "file" / "sub" / "t.db")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert tune.returncode == 1
+    lines = [line for line in (tune.stdout + tune.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot create the folder"), lines
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the benchmark itself would run: its refusal is for machines without a GPU
+    bench = subprocess.run([sys.executable, "-m", "tileops.cli.bench"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert bench.returncode == 1 and "Traceback" not in bench.stderr
+    assert "no CUDA device" in bench.stdout + bench.stderr
