@@ -12,6 +12,8 @@ from typing import Iterable, Optional, Sequence, Union
 
 import torch
 
+from tileops.errors import host_read
+
 HALF = (torch.float16, torch.bfloat16)
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX = (torch.int32, torch.int64)
@@ -171,6 +173,8 @@ def check_varlen(shapes: Shapes, cu_seqlens: object, cu_seqlens_cpu: object) -> 
         if cu_seqlens.device.type == "cpu" or _debug():
             _check_agree(cu_seqlens, cu_seqlens_cpu)
     elif not (cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if cu_seqlens.is_cuda:
+            host_read("cu_seqlens (pass cu_seqlens_cpu too, and its offsets are checked on the host)")
         check_offsets("cu_seqlens", cu_seqlens.tolist(), total)
     return cu_seqlens.numel() - 1
 
