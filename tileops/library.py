@@ -25,6 +25,8 @@ _LIB = torch.library.Library(NAMESPACE, "DEF")
 _SETTING_TYPES = {"int": "int", "float": "float", "bool": "bool", "Optional[float]": "float?",
                   "Target": "str?"}
 
+_TENSOR = torch.Tensor
+_TRACED = (torch.Tensor, torch.fx.Proxy)  # subclasses of Tensor (fake, functional) and fx proxies
 _CLASSES: dict[str, type] = {}
 _SETTING_NAMES: dict[str, tuple[str, ...]] = {}
 _INSTANCES: dict[tuple, Any] = {}
@@ -35,10 +37,12 @@ def needs_custom_op(args: Sequence[object]) -> bool:
     or is not a plain tensor (a fake tensor under torch.export, an fx proxy)."""
     grad = torch.is_grad_enabled()
     for arg in args:
-        if type(arg) is torch.Tensor:
+        if arg is None:
+            continue
+        if type(arg) is _TENSOR:
             if grad and arg.requires_grad:
                 return True
-        elif isinstance(arg, (torch.Tensor, torch.fx.Proxy)):
+        elif isinstance(arg, _TRACED):
             return True
     return False
 

@@ -19,10 +19,14 @@ SEEN_CALLS = 64  # call signatures an op remembers before it starts over
 
 def call_signature(args: tuple) -> Optional[tuple]:
     """What validation reads from positional arguments: each tensor's shape, dtype and device,
-    and plain values as they are; None when an argument is of any other kind."""
+    and plain values as they are; None when an argument is of any other kind, or is a tensor that
+    is not a plain one or requires grad (with grad mode on): such calls are never cached."""
+    grad = torch.is_grad_enabled()
     out = []
     for arg in args:
-        if isinstance(arg, torch.Tensor):
+        if type(arg) is torch.Tensor:
+            if grad and arg.requires_grad:
+                return None
             out.append((arg.shape, arg.dtype, arg.device))
         elif arg is None or isinstance(arg, (bool, int, float, str)):
             out.append((type(arg), arg))
@@ -35,7 +39,8 @@ class Op:
     """An operator. ``forward`` validates, describes the call and hands it to dispatch.
 
     Subclasses implement ``describe(*args, **kwargs) -> (CallSpec, args)``: every check on the
-    arguments and the frozen description of the call, with the arguments in forward's order.
+    arguments and the frozen description of the call, with the arguments in forward's order; and
+    ``_fake(*args)``, the outputs' shapes and dtypes for the op's custom op (``tileops.library``).
     An op is configured once, at construction. Validation reads only the arguments' metadata,
     except for packed-sequence offsets, so a repeat of an already-validated signature (same
     shapes, dtypes, devices and plain values; not varlen) reuses its description: the eager
@@ -57,14 +62,19 @@ class Op:
     def forward(self, *args: Any) -> Any:
         """The call, with every forward argument positional (the subclasses' ``forward`` pass them).
 
-        An eager call that records no gradient runs directly; a call under torch.compile,
-        torch.export or fx tracing, or one whose inputs require grad, goes through the op's
-        ``torch.library`` custom op (``tileops.library``), whose implementation is this same
-        eager call and whose backward is the reference's.
+        An eager call that records no gradient runs directly (a repeated signature is one cache
+        lookup); a call under torch.compile, torch.export or fx tracing, or one whose inputs
+        require grad, goes through the op's ``torch.library`` custom op, whose implementation is
+        ``_run`` and whose backward is the reference's.
         """
-        if torch.compiler.is_compiling() or library.needs_custom_op(args):
-            return library.call(self, args)
-        return self._run(*args)
+        if not torch.compiler.is_compiling():
+            signature = call_signature(args)
+            spec = self._seen.get(signature) if signature is not None else None
+            if spec is not None:  # a repeat of a plain call: the hot path
+                return launcher_for(type(self).__name__, self.target, spec)(*args)
+            if not library.needs_custom_op(args):
+                return self._run(*args)
+        return library.call(self, args)
 
     def _run(self, *args: Any) -> Any:
         """Validate, dispatch and launch: the eager call, and the custom op's implementation."""
