@@ -46,6 +46,18 @@ def open_storage(url: str, attempts: int = 6) -> optuna.storages.BaseStorage:
     raise AssertionError("unreachable")
 
 
+class SharedGridSampler(optuna.samplers.GridSampler):
+    """A grid sampler for a study many workers share: a trial that another worker enqueued carries
+    no grid id (its params were fixed, not drawn), which the stock sampler's end-of-trial check
+    assumes it does and fails on with a KeyError; here such a trial simply does not stop the study."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        if "grid_id" in study._storage.get_trial_system_attrs(trial._trial_id):
+            super().after_trial(study, trial, state, values)
+        elif not self._get_unvisited_grid_ids(study):
+            study.stop()
+
+
 @dataclass(frozen=True)
 class KeyTask:
     """What to tune: a case, the kernel that serves it, its key and its call description."""
@@ -109,7 +121,7 @@ class KeyStudy:
     def _sampler(self) -> optuna.samplers.BaseSampler:
         """Exhaustive over a small space, TPE over a large one."""
         if self.space_size() <= 64:
-            return optuna.samplers.GridSampler({k: list(v) for k, v in self.space.items()}, seed=self.seed)
+            return SharedGridSampler({k: list(v) for k, v in self.space.items()}, seed=self.seed)
         return optuna.samplers.TPESampler(seed=self.seed)
 
     def space_size(self) -> int:
