@@ -32,10 +32,7 @@ VARIANTS = {
     "elementwise serial 3": dict(stages=3),
     "matrix serial 3": dict(walk_moves="matrix", stages=3),
     "matrix paired 3": dict(walk_moves="matrix", walk_issue="paired", stages=3),
-    "elementwise overlapped 3": dict(walk_issue="overlapped", stages=3),
-    "matrix overlapped 3": dict(walk_moves="matrix", walk_issue="overlapped", stages=3),
     "tma-output serial 3": dict(walk_moves="tma-output", stages=3),
-    "tma-output overlapped 3": dict(walk_moves="tma-output", walk_issue="overlapped", stages=3),
 }
 COLUMNS = ("instructions", "LDS", "STS", "LDSM", "STSM", "BAR", "DEPBAR", "HGMMA")
 LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")

@@ -103,12 +103,9 @@ FUSED = fused_config(128).model_dump()
 # The fused walk's variants: matrix moves with paired waits, and with three input stages.
 FUSED_BOTH = fused_config(128, walk_moves="matrix", walk_issue="paired").model_dump()
 FUSED_AHEAD = fused_config(128, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()
-# The state update left running under the output (three input stages), with either move.
-OVERLAPPED = dict(walk_issue="overlapped", stages=3)
-MATRIX_OVERLAPPED = dict(walk_moves="matrix", walk_issue="overlapped", stages=3)
-# Whole output tiles stored by the copy engine, with either wait.
+# Whole output tiles stored by the copy engine, with serial and paired waits.
 TMA_SERIAL = dict(walk_moves="tma-output", stages=3)
-TMA_OVERLAPPED = dict(walk_moves="tma-output", walk_issue="overlapped", stages=3)
+TMA_PAIRED = dict(walk_moves="tma-output", walk_issue="paired", stages=3)
 # Pieces: sequences cut every 16 (32, 64, 128) chunks, each piece walked from its warm-up's state.
 def pieces(width: int, **variant) -> dict:
     return fused_config(128, piece_chunks=width, **variant).model_dump()
@@ -136,20 +133,14 @@ CHECKS = [
     Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused ahead", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True, gate=True,
          sigmoid=True, init=True,
          config=fused_config(64, walk_moves="matrix", walk_issue="paired", stages=3).model_dump()),
-    Case("bf16 H16/32 K128 varlen mixed init fused overlapped", BF, 16, 32, 128, lens=mixed_lengths(3000, 16, 2),
-         init=True, config=fused_config(128, **OVERLAPPED).model_dump()),
-    Case("bf16 H16/32 K128 varlen 1000 short fused matrix overlapped", BF, 16, 32, 128, lens=short_lengths(1000, 5),
-         init=True, config=fused_config(128, **MATRIX_OVERLAPPED).model_dump()),
     Case("bf16 H16/32 K128 B8x130 init fused tma-output", BF, 16, 32, 128, batch=8, seq_len=130, init=True,
          config=fused_config(128, **TMA_SERIAL).model_dump()),
-    Case("bf16 H16/32 K128 varlen 1000 short fused tma-output overlapped", BF, 16, 32, 128,
-         lens=short_lengths(1000, 6), init=True, config=fused_config(128, **TMA_OVERLAPPED).model_dump()),
+    Case("bf16 H16/32 K128 varlen 1000 short fused tma-output paired", BF, 16, 32, 128,
+         lens=short_lengths(1000, 6), init=True, config=fused_config(128, **TMA_PAIRED).model_dump()),
     Case("bf16 H16/32 K128 varlen mixed 12000 init pieces16 tma-output", BF, 16, 32, 128,
-         lens=mixed_lengths(12000, 16, 4), init=True, config=pieces(16, **TMA_OVERLAPPED)),
+         lens=mixed_lengths(12000, 16, 4), init=True, config=pieces(16, **TMA_SERIAL)),
     Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused tma-output", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True,
          gate=True, sigmoid=True, init=True, config=fused_config(64, **TMA_SERIAL).model_dump()),
-    Case("fp16 H2/4 K64 B3x300 l2+gate+sig fused overlapped", FP, 2, 4, 64, batch=3, seq_len=300, l2norm=True,
-         gate=True, sigmoid=True, init=True, config=fused_config(64, **OVERLAPPED).model_dump()),
     Case("bf16 H16/32 K128 B2x3000 init pieces16", BF, 16, 32, 128, batch=2, seq_len=3000, init=True,
          config=pieces(16)),
     Case("bf16 H16/32 K128 varlen mixed 12000 init pieces16", BF, 16, 32, 128, lens=mixed_lengths(12000, 16, 4),
@@ -167,15 +158,15 @@ BENCH = [
     Case("varlen16 T32768 HV32", BF, 16, 32, 128,
          lens=next(c.seqlens for c in PRESETS["qwen3-next"]["gdn"] if c.seqlens)),
 ]
-# Besides the default: the walk's variants (the elementwise output first, the default before), each
-# shape's default timed again last (the spread against its first time is the noise band).
+# Besides the default: the walk's variants (the elementwise output, paired waits), each shape's
+# default timed again last (the spread against its first time is the noise band).
 BENCH_CONFIGS = {
-    "B1 T32768 HV32": [pieces(128, stages=3), pieces(128, **TMA_OVERLAPPED), pieces(128, **TMA_SERIAL)],
-    "B8 T4096 HV32": [fused_config(128, stages=3).model_dump(), fused_config(128, **OVERLAPPED).model_dump(),
-                      fused_config(128, **TMA_OVERLAPPED).model_dump(), fused_config(128, **TMA_SERIAL).model_dump()],
-    "B4 T8192 HV16": [pieces(64, stages=3), pieces(64, **TMA_OVERLAPPED), pieces(64, **TMA_SERIAL)],
+    "B1 T32768 HV32": [pieces(128, stages=3), pieces(128, **TMA_PAIRED), pieces(128, **TMA_SERIAL)],
+    "B8 T4096 HV32": [fused_config(128, stages=3).model_dump(), fused_config(128, **TMA_PAIRED).model_dump(),
+                      fused_config(128, **TMA_SERIAL).model_dump()],
+    "B4 T8192 HV16": [pieces(64, stages=3), pieces(64, **TMA_PAIRED), pieces(64, **TMA_SERIAL)],
     # The default walks the 16 sequences uncut, longest first.
-    "varlen16 T32768 HV32": [pieces(128, stages=3), pieces(128, **TMA_OVERLAPPED), pieces(128, **TMA_SERIAL)],
+    "varlen16 T32768 HV32": [pieces(128, stages=3), pieces(128, **TMA_PAIRED), pieces(128, **TMA_SERIAL)],
 }
 PEERS_MS = {"B1 T32768 HV32": (1.94, 0.55), "B8 T4096 HV32": (1.87, 0.39), "B4 T8192 HV16": (0.85, 0.31),
             "varlen16 T32768 HV32": (2.31, 0.42)}

@@ -8,13 +8,17 @@ per case and exits non-zero when any program differs or is missing on either sid
 
     python bench/program_identity.py --against fecdce3 [--cases 0,3,7] [--keep DIR]
 
-Needs no GPU and no nvcc: every program is lowered for {"kind": "cuda", "arch": "sm_90a"}.
+Needs no GPU and no nvcc: every program is lowered for {"kind": "cuda", "arch": "sm_90a"}. The
+calls travel to both trees as JSON (``jobs``), so the older tree needs only ``tileops.callspec``
+and its kernel registry; ``carry_snapshot.py`` builds the snapshot's rows the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import filecmp
+import json
 import os
 import subprocess
 import sys
@@ -32,7 +36,7 @@ FLAGS = dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sig
              allow_neg_eigval=True)
 CASES = [
     (PREFILL, dict(block_v=32, threads=256, num_stages=2), {}),
-    (PREFILL, dict(block_v=32, threads=128, num_stages=1, min_blocks=2), dict(mode="varlen")),
+    (PREFILL, dict(block_v=32, threads=128, num_stages=1), dict(mode="varlen")),
     (PREFILL, dict(block_v=32, threads=128, num_stages=1), dict(state_v_first=True, **FLAGS)),
     (PREFILL, dict(state_major="value", block_v=64, threads=128, num_stages=2), {}),
     (PREFILL, dict(state_major="value", block_v=128, threads=256, num_stages=1, walk_issue="paired"),
@@ -43,15 +47,16 @@ CASES = [
     (PREFILL, dict(FUSED, num_stages=2, walk_moves="matrix", walk_issue="paired"), dict(mode="varlen")),
     (PREFILL, dict(FUSED, num_stages=3, walk_moves="matrix"), dict(state_v_first=True)),
     (PREFILL, dict(FUSED, num_stages=3, walk_moves="tma-output", piece_chunks=128), {}),
-    (PREFILL, dict(FUSED, num_stages=3, walk_moves="tma-output", walk_issue="overlapped", piece_chunks=64),
+    (PREFILL, dict(FUSED, num_stages=3, walk_moves="tma-output", walk_issue="paired", piece_chunks=64),
      dict(mode="varlen", **FLAGS)),
-    (PREFILL, dict(FUSED, num_stages=2, walk_issue="overlapped"), dict(dtype="float16", **FLAGS)),
+    (PREFILL, dict(FUSED, num_stages=2, walk_issue="paired"), dict(dtype="float16", **FLAGS)),
     (PREFILL, dict(state_major="value", block_v=64, threads=128, num_stages=2, fused=True, piece_chunks=32),
      dict(dim=64, heads=2, value_heads=4, state_v_first=True)),
     (DECODE, dict(block_v=32, threads=64), dict(mode="decode")),
-    (DECODE, dict(block_v=64, threads=128, min_blocks=2), dict(mode="decode", **FLAGS)),
+    (DECODE, dict(block_v=64, threads=128), dict(mode="decode", **FLAGS)),
     (DECODE, dict(block_v=32, threads=128), dict(mode="decode", state_v_first=True, dtype="float16", dim=64)),
-    (DECODE, dict(block_v=16, threads=32), dict(mode="decode", has_initial_state=False, heads=4, value_heads=4)),
+    (DECODE, dict(block_v=32, threads=32), dict(mode="decode", has_initial_state=False, dim=64, heads=4,
+                                                value_heads=4)),
 ]
 
 
@@ -67,6 +72,30 @@ def call(mode: str = "prefill", dtype: str = "bfloat16", dim: int = 128, heads: 
     return CallSpec(op="gdn", entry="GDNFwdOp", mode=mode, dtype=getattr(torch, dtype), device=torch.device("cuda"),
                     arch="sm90", device_name="NVIDIA H200", batch=4, tokens=tokens, heads=heads,
                     value_heads=value_heads, dim_k=dim, dim_v=dim, flags=make_flags(**flags))
+
+
+def spec_json(spec) -> dict:
+    """A CallSpec as JSON data."""
+    data = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return dict(data, dtype=str(spec.dtype).removeprefix("torch."), device=str(spec.device), flags=list(spec.flags))
+
+
+def spec_from(data: dict):
+    import torch
+
+    from tileops.callspec import CallSpec
+
+    return CallSpec(**dict(data, dtype=getattr(torch, data["dtype"]), device=torch.device(data["device"]),
+                           flags=tuple(tuple(pair) for pair in data["flags"])))
+
+
+def case_jobs(indices: list[int]) -> list[dict]:
+    """The jobs of the listed cases: a name, a kernel, a config and a call each."""
+    jobs = []
+    for index in indices:
+        name, overrides, flags = CASES[index]
+        jobs.append(dict(name=str(index), kernel=name, config=overrides, spec=spec_json(call(**flags))))
+    return jobs
 
 
 class Lowered:
@@ -109,54 +138,71 @@ def programs(launcher) -> dict[str, Lowered]:
     return found
 
 
-def dump(indices: list[int], out: Path) -> None:
-    """Write each case's programs into ``out`` (run with the tree to build from first on sys.path)."""
+def dump(jobs: list[dict], out: Path) -> None:
+    """Write each job's programs into ``out`` (run with the tree to build from first on sys.path).
+    A config the tree refuses gets no programs, so it compares as different."""
     import tilelang
 
     tilelang.compile = lower_only
     from tileops.kernels.registry import get_kernel
 
-    for index in indices:
-        name, overrides, flags = CASES[index]
-        kernel = get_kernel(name)
-        spec = call(**flags)
-        config = kernel.validate_config(dict(kernel.config_model().model_dump(), **overrides), spec)
+    for job in jobs:
+        kernel = get_kernel(job["kernel"])
+        spec = spec_from(job["spec"])
+        try:
+            config = kernel.validate_config(dict(kernel.config_model().model_dump(), **job["config"]), spec)
+        except ValueError as err:
+            print(f"  {job['name']} does not build here: {str(err).splitlines()[0][:200]}", flush=True)
+            continue
         for program, lowered in programs(kernel.build(config, spec)).items():
-            (out / f"{index}-{program}.cu").write_text(lowered.device)
-            (out / f"{index}-{program}.host").write_text(lowered.host)
-        print(f"  built case {index} in {os.path.basename(str(out))}", flush=True)
+            (out / f"{job['name']}-{program}.cu").write_text(lowered.device)
+            (out / f"{job['name']}-{program}.host").write_text(lowered.host)
+        print(f"  built {job['name']} in {out.name}", flush=True)
 
 
-def run_dump(tree: Path, indices: list[int], out: Path) -> subprocess.Popen:
+def run_dump(tree: Path, jobs: Path, out: Path) -> subprocess.Popen:
     out.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(tree))
-    command = [sys.executable, __file__, "--dump", str(out), "--root", str(tree), "--cases", ",".join(map(str, indices))]
+    command = [sys.executable, __file__, "--dump", str(out), "--root", str(tree), "--jobs", str(jobs)]
     return subprocess.Popen(command, cwd=tree, env=env)
 
 
-def identical(index: int, old: Path, new: Path) -> bool:
-    names = sorted(p.name for p in old.glob(f"{index}-*"))
-    return bool(names) and names == sorted(p.name for p in new.glob(f"{index}-*")) and all(
+def identical(name: str, old: Path, new: Path) -> bool:
+    names = sorted(p.name for p in old.glob(f"{name}-*"))
+    return bool(names) and names == sorted(p.name for p in new.glob(f"{name}-*")) and all(
         filecmp.cmp(old / n, new / n, shallow=False) for n in names)
+
+
+def build_both(against: str, jobs: list[dict], tmp: Path) -> tuple[Path, Path]:
+    """Dump the jobs' programs as the code at ``against`` and the working tree build them, into
+    ``tmp``/old and ``tmp``/new; RuntimeError when a build fails."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    worktree = tmp / "against"
+    listing = tmp / "jobs.json"
+    listing.write_text(json.dumps(jobs))
+    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), against], cwd=REPO, check=True,
+                   capture_output=True)
+    try:
+        builds = [run_dump(worktree, listing, tmp / "old"), run_dump(REPO, listing, tmp / "new")]
+        failed = [b.wait() != 0 for b in builds]  # every build waited for: both write into tmp
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=True)
+    if any(failed):
+        raise RuntimeError("a build failed")
+    return tmp / "old", tmp / "new"
 
 
 def compare(against: str, indices: list[int], keep: Path | None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(keep or tmp)
-        worktree = tmp / "against"
-        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), against], cwd=REPO, check=True,
-                       capture_output=True)
         try:
-            builds = [run_dump(worktree, indices, tmp / "old"), run_dump(REPO, indices, tmp / "new")]
-            failed = [b.wait() != 0 for b in builds]
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=True)
-        if any(failed):
-            print("a build failed", file=sys.stderr)
+            old, new = build_both(against, case_jobs(indices), tmp)
+        except RuntimeError as err:
+            print(err, file=sys.stderr)
             return 1
-        differ = [i for i in indices if not identical(i, tmp / "old", tmp / "new")]
+        differ = [i for i in indices if not identical(str(i), old, new)]
         for i in indices:
-            count = len(list((tmp / "new").glob(f"{i}-*.cu")))
+            count = len(list(new.glob(f"{i}-*.cu")))
             print(f"case {i} {CASES[i][0]} {CASES[i][1]} {CASES[i][2]}: {count} programs "
                   f"{'DIFFER' if i in differ else 'identical'}")
         print(f"{len(indices) - len(differ)} of {len(indices)} cases identical to {against}")
@@ -170,12 +216,13 @@ def main() -> None:
     parser.add_argument("--keep", help="write the worktree and the programs here instead of a temporary folder")
     parser.add_argument("--dump", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    indices = [int(i) for i in args.cases.split(",")] if args.cases else list(range(len(CASES)))
     if args.dump:
         sys.path.insert(0, args.root)
-        dump(indices, Path(args.dump))
+        dump(json.loads(Path(args.jobs).read_text()), Path(args.dump))
         return
+    indices = [int(i) for i in args.cases.split(",")] if args.cases else list(range(len(CASES)))
     sys.exit(compare(args.against, indices, Path(args.keep) if args.keep else None))
 
 

@@ -14,7 +14,6 @@ SMEM_BYTES = 227 * 1024  # opt-in shared memory per block on sm90
 SMEM_SLACK = 8 * 1024  # alignment of TileLang's buffers, beyond what the estimates count
 REGISTERS = 65536  # 32-bit registers per SM
 MAX_STATE_CELLS = 64  # fp32 state cells a thread holds in registers before they spill
-MAX_THREADS_PER_SM = 2048
 WARP = 32
 WARPGROUP = 128  # the threads of one wgmma
 VEC = 4  # fp32 lanes in one 16-byte access

@@ -10,6 +10,7 @@ import torch
 
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.gdn.decode import KERNEL, GDNDecodeConfig
+from tileops.kernels.plans.decode_tile import thread_tile
 from tileops.kernels.registry import get_kernel
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="compiling needs nvcc")
@@ -75,10 +76,10 @@ def test_default_widens_the_tiles_of_a_128_wide_key_major_state_once_they_fill_t
 
 
 @pytest.mark.parametrize("config,words", [
-    (dict(block_v=128), "does not divide V=64"),
-    (dict(block_v=16, threads=256), "do not tile"),
     (dict(block_v=64, threads=32), "state cells"),
-    (dict(threads=256, min_blocks=16), "threads per SM"),
+    (dict(block_v=128), "block_v"),
+    (dict(threads=256), "threads"),
+    (dict(min_blocks=2), "min_blocks"),
 ])
 def test_invalid_configs_say_why(config, words):
     with pytest.raises(ValueError, match=words):
@@ -103,8 +104,8 @@ def test_default_compiles_for_sm90a_with_symbolic_batch():
 
 @needs_nvcc
 @pytest.mark.parametrize("dim,v_first,config,flags", [
-    (64, True, GDNDecodeConfig(block_v=16, threads=32), dict(has_initial_state=False)),
-    (128, False, GDNDecodeConfig(block_v=64, threads=256, min_blocks=4),
+    (64, True, GDNDecodeConfig(block_v=32, threads=32), dict(has_initial_state=False)),
+    (128, False, GDNDecodeConfig(block_v=64, threads=128),
      dict(use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, allow_neg_eigval=True)),
 ])
 def test_other_configs_compile(dim, v_first, config, flags):
@@ -117,3 +118,13 @@ def test_other_configs_compile(dim, v_first, config, flags):
 def test_compiles_for_sm80():
     spec = replace(spec_for(), arch="sm80")
     assert "int batch" in source_of(KERNEL.build(KERNEL.default(spec), spec))
+
+
+@pytest.mark.parametrize("args,words", [
+    ((64, 16, 256, True), "do not tile 16 value rows"),
+    ((64, 32, 36, False), "not a multiple"),
+    ((96, 32, 512, False), "do not tile K=96"),
+])
+def test_a_split_that_does_not_tile_says_why(args, words):
+    with pytest.raises(ValueError, match=words):
+        thread_tile(*args)

@@ -75,8 +75,8 @@ CASES = [
     Case(fp32_params=False, dtype=torch.float16, gate=True, sigmoid=True),
 ]
 
-# (block_v, threads, min_blocks) beyond the default, checked at K = 128 in both layouts
-CONFIGS = [(16, 32, 1), (16, 64, 8), (32, 64, 1), (32, 128, 6), (64, 128, 1), (64, 256, 4), (128, 256, 1)]
+# (block_v, threads) of the space, checked at K = 128 in both layouts
+CONFIGS = [(32, 64), (32, 128), (64, 128)]
 
 TOLERANCE = {torch.bfloat16: 8e-3, torch.float16: 1e-3}  # o is rounded to the token dtype
 STATE_TOLERANCE = 2e-5  # fp32 arithmetic
@@ -137,14 +137,14 @@ def poison_allocator(device: torch.device) -> None:
     del small, large
 
 
-def launcher_for(case: Case, batch: int, config: Optional[tuple[int, int, int]] = None):
+def launcher_for(case: Case, batch: int, config: Optional[tuple[int, int]] = None):
     from tileops.kernels.gdn.decode import KERNEL, GDNDecodeConfig
 
     spec = make_spec(case, batch)
     if config is None:
         chosen = KERNEL.default(spec)
     else:
-        chosen = KERNEL.validate_config(GDNDecodeConfig(block_v=config[0], threads=config[1], min_blocks=config[2]), spec)
+        chosen = KERNEL.validate_config(GDNDecodeConfig(block_v=config[0], threads=config[1]), spec)
     return KERNEL.build(chosen, spec)
 
 
@@ -153,7 +153,7 @@ def call(launch, args: dict) -> tuple[torch.Tensor, torch.Tensor]:
                   args["A_log"], args["dt_bias"])
 
 
-def run_case(case: Case, batch: int = 3, config: Optional[tuple[int, int, int]] = None, seed: int = 0,
+def run_case(case: Case, batch: int = 3, config: Optional[tuple[int, int]] = None, seed: int = 0,
              launch=None) -> tuple[float, float]:
     """Relative errors (o, final_state) of one call against the float64 reference."""
     launch = launch or launcher_for(case, batch, config)

@@ -71,7 +71,8 @@ def test_the_tuner_sees_every_layout():
     space = GDNPrefillConfig.choices()
     assert space["state_major"] == ("key", "value") and space["fused"] == (False, True)
     assert space["walk_moves"] == ("elementwise", "matrix", "tma-output")
-    assert space["walk_issue"] == ("serial", "paired", "overlapped")
+    assert space["walk_issue"] == ("serial", "paired")
+    assert space["min_blocks"] == (1,)
     assert space["num_stages"] == (1, 2, 3)
 
 
@@ -97,15 +98,13 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(block_v=128, threads=128), 128, "state cells"),
     (dict(state_major="value", block_v=32, threads=128), 128, "one warpgroup"),
     (dict(state_major="value", block_v=64, threads=256), 128, "threads = 2 \\* block_v"),
-    (dict(state_major="value", block_v=128, threads=256, min_blocks=2), 128, "registers"),
-    (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2), 128, "shared memory"),
+    (dict(block_v=128, threads=256, num_stages=2), 128, "shared memory"),
+    (dict(min_blocks=2), 128, "min_blocks"),
     (dict(state_major="value", block_v=64, threads=128, fused=True), 128, "whole state"),
     (dict(block_v=128, threads=256, fused=True), 128, "whole state"),
     (dict(state_major="value", block_v=128, threads=256, num_stages=1, fused=True), 128, "num_stages=2"),
-    (dict(state_major="value", block_v=64, threads=128, num_stages=2, min_blocks=2, fused=True), 64, "min_blocks=1"),
     (dict(state_major="value", block_v=64, threads=128, walk_moves="matrix"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, walk_issue="paired"), 128, "key-major chain takes walk_issue='serial'"),
-    (dict(state_major="value", block_v=64, threads=128, walk_issue="overlapped"), 128, "two-pass chain's software"),
     (dict(state_major="value", block_v=64, threads=128, walk_moves="tma-output"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
 ])

@@ -70,13 +70,11 @@ CASES = [
 # walk variants: "fused-matrix" moves Vᵀ and Oᵀ by transposing matrix loads and stores,
 # "fused-paired" waits for its independent products in pairs, "fused-ahead" does both with three
 # input stages, its first pass up to two chunks ahead, "fused-3" takes three input stages with the
-# elementwise moves and an output tile, "fused-overlapped" leaves the state update running under
-# the output, "fused-tma" (the large calls' default) stores whole output tiles by the copy engine;
+# elementwise moves and an output tile, "fused-tma" (the large calls' default) stores whole output tiles by the copy engine;
 # "value-paired" is the two-pass value-major chain with paired waits; "fused-pieces" cuts
 # sequences into pieces of 16 chunks (the 1500-token one here).
 FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-paired": dict(walk_issue="paired"),
                  "fused-ahead": dict(walk_moves="matrix", walk_issue="paired", stages=3), "fused-3": dict(stages=3),
-                 "fused-overlapped": dict(walk_issue="overlapped", stages=3),
                  "fused-tma": dict(walk_moves="tma-output", stages=3), "fused-pieces": dict(piece_chunks=16)}
 LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 

@@ -21,9 +21,9 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
               moves: str = "elementwise", issue: str = "serial", masked: bool = True):
-    """Three macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
+    """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
-    the output left in ``o_f``), ``settle`` (below) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
+    the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
     the [S, C, ld] tiles ``o_s``, then rows lo..hi stored; with matrix moves the tiles may be the
     chunk's own V tiles).
 
@@ -38,11 +38,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
 
     ``issue`` says how the five products wait: ``"serial"`` each for itself, ``"paired"`` the two
     independent pairs (Sᵀ Kᵀ with Sᵀ Qᵀ, Δᵀ M with the state update) issued together with one
-    wait each, so a chunk waits on the tensor cores three times instead of five; ``"overlapped"``
-    keeps the tensor cores busy under the CUDA-core work that follows Δᵀ: the state is decayed
-    while Δᵀ M runs, and the state update is still running when ``step`` returns, so that the
-    caller's output overlaps it. ``settle`` then waits for it (a no-op in the other
-    modes); call it before the state is read or the chunk's K tile refilled.
+    wait each, so a chunk waits on the tensor cores three times instead of five.
 
     The chunk's tiles are stage ``s`` of ``q_s``, ``k_s`` and ``v_s`` and stage ``so`` of ``tp_s``,
     ``m_s`` and ``f_s`` (a tensor-core product takes a tile's part only along a leading
@@ -56,7 +52,6 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     matrix = moves == "matrix"
     by_copy_engine = moves == "tma-output"
     paired = issue == "paired"
-    overlapped = issue == "overlapped"
     assert not (matrix and masked), "the matrix moves take no mask"
     x_operand, output_rows = matrix_moves(dtype)
 
@@ -114,9 +109,6 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         d_a = T.alloc_fragment([BV, C], dtype)
         dk_a = T.alloc_fragment([BV, C], dtype)
         T.copy(s_f, s_a)
-        # Overlapped, these wait one by one too: Xᵀ built under Sᵀ Qᵀ would keep the state's
-        # 16-bit copy live beside it, more registers than a state thread has (ptxas then
-        # serialises every product).
         two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
         build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi)
         T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
@@ -124,23 +116,10 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         if paired:
             decay_state(s_f, f_s, so, hi)
             two_products(d_a, m_s[so, :, :], o_f, dk_a, k_s[s, :, :], s_f, False, not m_transposed, False)
-        elif overlapped:
-            T.wgmma_gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
-            decay_state(s_f, f_s, so, hi)  # under Δᵀ M
-            T.wgmma_gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
-            T.wait_wgmma(1)  # Δᵀ M (groups complete in order): the output is whole, the update runs on
-            fence(o_f)
         else:
             T.gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
             decay_state(s_f, f_s, so, hi)
             T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
-
-    @T.macro
-    def settle(s_f):
-        """Waits for an overlapped step's state update."""
-        if overlapped:
-            T.wait_wgmma(0)
-            fence(s_f)
 
     @T.macro
     def tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi):
@@ -164,4 +143,4 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             else:
                 tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi)
 
-    return step, store_output, settle
+    return step, store_output

@@ -16,7 +16,7 @@ from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.gdn.calls import shape_problem
-from tileops.kernels.hardware import MAX_STATE_CELLS, MAX_THREADS_PER_SM, sm_count
+from tileops.kernels.hardware import MAX_STATE_CELLS, sm_count
 from tileops.kernels.plans.decode_tile import thread_tile
 from tileops.kernels.registry import register
 # 64-wide V tiles an SM must take for them to replace 32-wide ones: measured ahead at 124 (B256),
@@ -27,12 +27,12 @@ WIDE_TILES_PER_SM = 8
 class GDNDecodeConfig(KernelConfig):
     """One CTA updates a K x ``block_v`` tile of one head's state with ``threads`` threads.
 
-    ``min_blocks`` asks the compiler to fit that many CTAs per SM (it caps registers per thread).
+    ``min_blocks`` is 1 (no occupancy hint); the field keeps stored configs valid.
     """
 
-    block_v: Literal[16, 32, 64, 128] = 32
-    threads: Literal[32, 64, 128, 256] = 128
-    min_blocks: Literal[1, 2, 4, 6, 8, 16] = 1
+    block_v: Literal[32, 64] = 32
+    threads: Literal[32, 64, 128] = 128
+    min_blocks: Literal[1] = 1
 
     @model_validator(mode="after")
     def _fits(self, info: ValidationInfo) -> "GDNDecodeConfig":
@@ -52,8 +52,6 @@ def tile_problem(config: GDNDecodeConfig, dim_k: int, dim_v: int, state_v_first:
         tile = thread_tile(dim_k, config.block_v, config.threads, state_v_first)
     except ValueError as err:
         return str(err)
-    if config.threads * config.min_blocks > MAX_THREADS_PER_SM:
-        return f"min_blocks={config.min_blocks} CTAs of {config.threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
     if tile.cells > MAX_STATE_CELLS:
         return (f"{config.threads} threads would hold {tile.cells} state cells each (at most {MAX_STATE_CELLS}); "
                 f"use more threads or a smaller block_v")
@@ -74,15 +72,8 @@ def refuse(spec: CallSpec) -> Optional[str]:
 def default(spec: CallSpec) -> GDNDecodeConfig:
     """64 state cells per thread key-major, 32 value-major: many 16-byte loads in flight per
     thread is what keeps HBM busy. 32-wide V tiles, or 64-wide for a 128-wide key-major state
-    once those tiles number WIDE_TILES_PER_SM an SM.
-
-    On the H200 (H16/HV32, K=V=128, bf16, key-major; 2026-12-01, medians of 50 calls, each
-    sweep in one process), B=256: 64-wide tiles of 128 threads 0.2624 and 0.2634 ms in two
-    sweeps, 32-wide of 64 threads 0.2694 and 0.2703, 32-wide of 128 threads 0.2645 and 0.2658,
-    128-wide of 256 threads 0.2709; a device-to-device copy of the state 0.2580. B=64: 0.0699,
-    0.0714 and 0.0710 for the first three. B=1: 0.0066, 0.0064 and 0.0060, inside the tuner's
-    noise band there. A 64-wide tile reads its 128 rows in 256-byte runs instead of 128-byte
-    ones, which is likely what the memory system prefers.
+    once those tiles number WIDE_TILES_PER_SM an SM: a 64-wide tile reads its rows in 256-byte
+    runs instead of 128-byte ones. The sweeps behind it: docs/history.md (GDN on the H200).
     """
     v_first = spec.flag("state_v_first", False)
     cells = 32 if v_first else 64

@@ -29,9 +29,9 @@ from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.gdn.calls import shape_problem
-from tileops.kernels.hardware import MAX_STATE_CELLS, REGISTERS, SMEM_BYTES, WARPGROUP, sm_count
+from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width
-from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, VALUE_MAJOR_REGS, chain_smem_bytes, fused_smem_bytes
+from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, chain_smem_bytes, fused_smem_bytes
 from tileops.kernels.registry import register
 
 
@@ -46,8 +46,7 @@ class GDNPrefillConfig(KernelConfig):
     (Oᵀ stored row by row, or whole tiles by the copy engine: ``"tma-output"``) or by transposing
     8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
-    fused kernel and the value-major chain), or run under its CUDA-core work (``"overlapped"``,
-    fused only). ``piece_chunks`` (fused only): cut sequences longer
+    fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
     than that many chunks into pieces walked side by side, each after a short warm-up walk of
     the chunks before it (``pieces``, ``warm_start``); 0 walks every sequence whole."""
 
@@ -56,10 +55,10 @@ class GDNPrefillConfig(KernelConfig):
     block_v: Literal[32, 64, 128] = 64
     threads: Literal[128, 256] = 256
     num_stages: Literal[1, 2, 3] = 2
-    min_blocks: Literal[1, 2] = 1
+    min_blocks: Literal[1] = 1  # no occupancy hint; the field keeps stored configs valid
     fused: Literal[False, True] = False
     walk_moves: Literal["elementwise", "matrix", "tma-output"] = "elementwise"
-    walk_issue: Literal["serial", "paired", "overlapped"] = "serial"
+    walk_issue: Literal["serial", "paired"] = "serial"
     piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
     @model_validator(mode="after")
@@ -77,9 +76,9 @@ def fused_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) -
     if (config.state_major, config.block_v, config.threads) != ("value", dim_v, 2 * dim_v):
         return (f"the fused kernel walks the whole state value-major: state_major='value', block_v={dim_v}, "
                 f"threads={2 * dim_v}, not {config.state_major!r}, {config.block_v}, {config.threads}")
-    if (config.chunk_size, config.min_blocks) != (FUSED_CHUNK, 1) or config.num_stages < FUSED_STAGES:
-        return (f"the fused kernel takes chunk_size={FUSED_CHUNK}, num_stages={FUSED_STAGES} or 3 (its input "
-                f"stages) and min_blocks=1, not {config.chunk_size}, {config.num_stages}, {config.min_blocks}")
+    if config.chunk_size != FUSED_CHUNK or config.num_stages < FUSED_STAGES:
+        return (f"the fused kernel takes chunk_size={FUSED_CHUNK} and num_stages={FUSED_STAGES} or 3 (its input "
+                f"stages), not {config.chunk_size}, {config.num_stages}")
     smem = fused_smem_bytes(dim_k, elem, config.num_stages, config.walk_moves)
     if smem > SMEM_BYTES:
         return f"the fused kernel needs {smem} bytes of shared memory, more than {SMEM_BYTES}"
@@ -100,15 +99,11 @@ def register_problem(config: GDNPrefillConfig, dim_k: int) -> Optional[str]:
             return (f"the value-major chain takes one warpgroup (128 threads) per 64 state columns: "
                     f"block_v 64 or 128 with threads = 2 * block_v, not block_v={config.block_v}, "
                     f"threads={config.threads}")
-        if config.threads * config.min_blocks * VALUE_MAJOR_REGS > REGISTERS:
-            return (f"{config.min_blocks} value-major CTAs of {config.threads} threads do not fit one SM's "
-                    f"registers; use min_blocks=1 or block_v=64")
         return None
     cells = dim_k * config.block_v // config.threads
-    limit = MAX_STATE_CELLS // config.min_blocks
-    if cells > limit:
-        return (f"{config.threads} threads would hold {cells} state cells each (at most {limit} with "
-                f"min_blocks={config.min_blocks}); use more threads or a smaller block_v")
+    if cells > MAX_STATE_CELLS:
+        return (f"{config.threads} threads would hold {cells} state cells each (at most {MAX_STATE_CELLS}); "
+                f"use more threads or a smaller block_v")
     return None
 
 
@@ -125,9 +120,6 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.walk_moves != "elementwise":
         return (f"walk_moves={config.walk_moves!r} serves the fused kernel only (the two-pass chain's software "
                 f"pipeline orders its tiles by what it sees TileLang load); use walk_moves='elementwise'")
-    if config.walk_issue == "overlapped":
-        return ("walk_issue='overlapped' leaves the state update running past the step, which the fused kernel "
-                "orders and the two-pass chain's software pipeline does not; use 'serial' or 'paired'")
     if config.walk_issue != "serial" and config.state_major != "value":
         return (f"walk_issue={config.walk_issue!r} pairs the value-major walk's products; the key-major chain "
                 f"takes walk_issue='serial'")
@@ -138,10 +130,9 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
         return problem
     smem = chain_smem_bytes(config.chunk_size, dim_k, config.block_v, config.num_stages, config.state_major == "key",
                             elem)
-    budget = SMEM_BYTES // config.min_blocks
-    if smem > budget:
-        return (f"the chain needs {smem} bytes of shared memory (at most {budget} with "
-                f"min_blocks={config.min_blocks}); use fewer stages or a smaller block_v")
+    if smem > SMEM_BYTES:
+        return (f"the chain needs {smem} bytes of shared memory (at most {SMEM_BYTES}); use fewer stages or a "
+                f"smaller block_v")
     return None
 
 
@@ -163,52 +154,54 @@ def refuse(spec: CallSpec) -> Optional[str]:
     return None
 
 
+# Measured on the H200 (bf16, K = V = 128, 2026-11-30, ``bench/gdn_prefill_dev.py``): fused runs
+# B8×T4096 HV32 (256 walks) in 0.63 ms against 0.83 for two passes and 16 mixed sequences in
+# 0.73 against 0.89, and loses B1×T32768 HV32 (32 walks: 2.45 ms against 1.45) and B4×T8192
+# HV16 (64 walks: 0.62 against 0.48): one CTA walks all 128 columns, so few walks leave SMs
+# idle. The value-major chain runs the two-pass B8 in 0.454 ms against 0.491 key-major, 16 mixed
+# sequences in 0.518 against 0.559 and B4×T8192 HV16 (128 tiles) in 0.283 against 0.321, and
+# loses B1×T32768 HV32 (64 tiles: 1.115 against 1.074 key-major with 32-wide tiles); 128-wide
+# tiles lost to 64 on every shape, 16-wide to 32.
+#
+# Pieces (2026-12-01, same script): B1×T32768 HV32 in pieces of 128 chunks, each CTA walking its
+# piece's warm-up first, runs in 0.69 ms against 1.32 for the tuned two-pass key-major chain and
+# 0.73 with the walk ahead (matrix moves, paired waits, three input stages; pieces of 64: 0.76),
+# B4×T8192 HV16 in pieces of 64 in 0.36 against 0.48 (ahead 0.38, pieces of 32: 0.40). Cutting
+# B8×T4096 HV32 (0.88 against 0.62) or the 16 mixed sequences (0.70 against 0.65), which fill
+# the SMs whole, loses. Packed calls take pieces of 128 chunks even when no sequence is that
+# long: uncut pieces are one launch, and with host offsets they run longest first (``pieces``):
+# the 16 mixed sequences in 0.65 ms against 0.73 in their own order.
+#
+# With the first pass on its accumulator registers and q, k, v by TMA (2026-12-01, later,
+# ``tileops-tune`` on the H200): B1 in pieces of 128 in 0.475 ms, B8 fused whole in 0.472, B4 in
+# pieces of 64 in 0.256 and the 16 mixed sequences uncut in 0.477; no other config beat these
+# by more than the 2% noise band (the matrix moves now lose: B8 0.525 against 0.477).
+#
+# With the walk unmasked (T' is zero past a sequence's end) and its V and output tiles in the
+# copy engine's swizzle (2026-12-01, evening, ``bench/gdn_prefill_dev.py``'s timing): B1 0.454,
+# B8 0.445, B4 0.247 and the 16 mixed sequences 0.446 ms with the same configs, against 0.490,
+# 0.477, 0.269 and 0.483 for the build before in the same run; the matrix moves still lose
+# (B8 0.488). The walk being faster, the fused calls now take three input stages, so that a
+# chunk's first pass need not wait for the walk two chunks back (``tileops-tune`` weighs them
+# against two: the shipped winners are among its candidates).
+#
+# With the first pass's prefix sums under its products and the output stored by the copy
+# engine (2026-12-01, 17:30 UTC, same script, the build before in the same run): B1 0.412, B8
+# 0.415, B4 0.228 and the 16 mixed sequences 0.408 ms against 0.435, 0.431-0.438, 0.239 and
+# 0.433; the elementwise output loses (0.423, 0.441, 0.232, 0.421), and leaving the state
+# update running under it ties or loses (``walk_issue='overlapped'``: 0.411, 0.420, 0.229,
+# 0.408).
+# B8 walked as uncut pieces (the pieces' program, from per-CTA bounds) takes 0.397 ms against
+# 0.414-0.418 for the whole-sequence program, twice each in one call.
 def default(spec: CallSpec) -> GDNPrefillConfig:
     """Fused for a 128-wide state once there is a (sequence, value head) walk for every SM, or
-    once cutting the sequences into pieces (``piece_width``) fills them; otherwise two passes: value-major 64-column tiles once they cover half the SMs (prefetching
-    the next chunk while they fit in one wave), else key-major: a 64-wide V tile, or 32 when
-    fewer than 64 walks would leave SMs idle, two lean CTAs per SM (128 threads, no prefetch)
-    once the tiles fill two waves, else one CTA of 256 threads with prefetch.
-
-    Measured on the H200 (bf16, K = V = 128, 2026-11-30, ``bench/gdn_prefill_dev.py``): fused runs
-    B8×T4096 HV32 (256 walks) in 0.63 ms against 0.83 for two passes and 16 mixed sequences in
-    0.73 against 0.89, and loses B1×T32768 HV32 (32 walks: 2.45 ms against 1.45) and B4×T8192
-    HV16 (64 walks: 0.62 against 0.48): one CTA walks all 128 columns, so few walks leave SMs
-    idle. The value-major chain runs the two-pass B8 in 0.454 ms against 0.491 key-major, 16 mixed
-    sequences in 0.518 against 0.559 and B4×T8192 HV16 (128 tiles) in 0.283 against 0.321, and
-    loses B1×T32768 HV32 (64 tiles: 1.115 against 1.074 key-major with 32-wide tiles); 128-wide
-    tiles lost to 64 on every shape, 16-wide to 32.
-
-    Pieces (2026-12-01, same script): B1×T32768 HV32 in pieces of 128 chunks, each CTA walking its
-    piece's warm-up first, runs in 0.69 ms against 1.32 for the tuned two-pass key-major chain and
-    0.73 with the walk ahead (matrix moves, paired waits, three input stages; pieces of 64: 0.76),
-    B4×T8192 HV16 in pieces of 64 in 0.36 against 0.48 (ahead 0.38, pieces of 32: 0.40). Cutting
-    B8×T4096 HV32 (0.88 against 0.62) or the 16 mixed sequences (0.70 against 0.65), which fill
-    the SMs whole, loses. Packed calls take pieces of 128 chunks even when no sequence is that
-    long: uncut pieces are one launch, and with host offsets they run longest first (``pieces``):
-    the 16 mixed sequences in 0.65 ms against 0.73 in their own order.
-
-    With the first pass on its accumulator registers and q, k, v by TMA (2026-12-01, later,
-    ``tileops-tune`` on the H200): B1 in pieces of 128 in 0.475 ms, B8 fused whole in 0.472, B4 in
-    pieces of 64 in 0.256 and the 16 mixed sequences uncut in 0.477; no other config beat these
-    by more than the 2% noise band (the matrix moves now lose: B8 0.525 against 0.477).
-
-    With the walk unmasked (T' is zero past a sequence's end) and its V and output tiles in the
-    copy engine's swizzle (2026-12-01, evening, ``bench/gdn_prefill_dev.py``'s timing): B1 0.454,
-    B8 0.445, B4 0.247 and the 16 mixed sequences 0.446 ms with the same configs, against 0.490,
-    0.477, 0.269 and 0.483 for the build before in the same run; the matrix moves still lose
-    (B8 0.488). The walk being faster, the fused calls now take three input stages, so that a
-    chunk's first pass need not wait for the walk two chunks back (``tileops-tune`` weighs them
-    against two: the shipped winners are among its candidates).
-
-    With the first pass's prefix sums under its products and the output stored by the copy
-    engine (2026-12-01, 17:30 UTC, same script, the build before in the same run): B1 0.412, B8
-    0.415, B4 0.228 and the 16 mixed sequences 0.408 ms against 0.435, 0.431-0.438, 0.239 and
-    0.433; the elementwise output loses (0.423, 0.441, 0.232, 0.421), and leaving the state
-    update running under it ties or loses (``walk_issue='overlapped'``: 0.411, 0.420, 0.229,
-    0.408).
-    B8 walked as uncut pieces (the pieces' program, from per-CTA bounds) takes 0.397 ms against
-    0.414-0.418 for the whole-sequence program, twice each in one call.
+    once cutting the sequences into pieces (``piece_width``) fills them: the copy engine's output
+    and three input stages, packed calls and equal lengths no longer than a piece as uncut pieces
+    (one launch; packed ones longest first). Otherwise two passes: value-major 64-column tiles
+    once they cover half the SMs (prefetching the next chunk while they fit in one wave), else
+    key-major: a 64-wide V tile, or 32 when fewer than 64 walks would leave SMs idle, two lean
+    CTAs per SM (128 threads, no prefetch) once the tiles fill two waves, else one CTA of 256
+    threads with prefetch (the measurements behind each choice are above).
     """
     walks = spec.batch * spec.value_heads
     sms = sm_count(spec.device, spec.arch)

@@ -81,5 +81,5 @@ def compile_chain(config: KernelConfig, spec: CallSpec):
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
         chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
         sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
-        threads=config.threads, num_stages=config.num_stages, min_blocks=config.min_blocks, **waits)
+        threads=config.threads, num_stages=config.num_stages, **waits)
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)

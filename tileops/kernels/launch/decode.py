@@ -78,7 +78,7 @@ class DecodeLauncher:
             dtype=spec.dtype_name, g_dtype=dtype_name(g_dtype), beta_dtype=dtype_name(beta_dtype),
             a_log_dtype=dtype_name(a_log_dtype), dt_bias_dtype=dtype_name(dt_bias_dtype),
             block_v=self.config.block_v, threads=self.config.threads,
-            min_blocks=self.config.min_blocks, state_v_first=self.value_first,
+            state_v_first=self.value_first,
             has_state=has_state, scale=float(spec.dim_k ** -0.5 if scale is None else scale),
             l2norm=bool(flag("use_qk_l2norm_in_kernel", False)),
             beta_sigmoid=bool(flag("use_beta_sigmoid_in_kernel", False)),

@@ -11,7 +11,6 @@ FUSED_STAGES = 2  # chunks the fused kernel holds at once: the one walked and th
 # warp touches 8 rows at once): 16 bytes shift each row by 4 banks, so those rows hit distinct banks.
 ROW_PAD = 8
 PAD = 8  # fp32 words padding each row of A and D⁻¹ in the solve, for the same reason as ROW_PAD
-VALUE_MAJOR_REGS = 255  # a value-major chain thread holds Sᵀ, its bf16 copy and four C-wide tiles
 EXCHANGE_LD = 24  # fp16 row stride of a block the fused first pass exchanges: 8-row moves hit distinct banks
 EXCHANGE_BLOCKS = 6  # X_0 β, X_1 β, X_2 β, N_10, N_20, N_21
 EXCHANGE_BYTES = EXCHANGE_BLOCKS * 16 * EXCHANGE_LD * 2

@@ -22,10 +22,10 @@ from tileops.kernels.programs.chain import chain_kernel
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                  num_stages: int, min_blocks: int = 1):
+                  num_stages: int):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
-    Arguments and grid: ``chain.chain_kernel``; ``min_blocks`` CTAs are asked to share an SM.
+    Arguments and grid: ``chain.chain_kernel``.
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     group = HV // H
@@ -52,8 +52,6 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         dk_s = T.alloc_shared([C, BV], dtype)
         o_f = T.alloc_fragment([C, BV], accum)
         o_s = T.alloc_shared([C, BV + ROW_PAD], dtype)
-        if min_blocks > 1:
-            T.annotate_min_blocks_per_sm(min_blocks)
 
         load_state(h0, s_f, n, hv, v0, has_init)
         T.copy(s_f, s_s)

@@ -17,7 +17,7 @@ from tileops.kernels.programs.chain import chain_kernel
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                  num_stages: int, min_blocks: int = 1, issue: str = "serial"):
+                  num_stages: int, issue: str = "serial"):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
     Arguments and grid: ``chain.chain_kernel``, with ``threads`` one warpgroup per 64 of
@@ -28,7 +28,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    step, store_output, _ = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro
@@ -45,8 +45,6 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         o_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
         s_f = T.alloc_fragment([BV, K], accum)
         o_f = T.alloc_fragment([BV, C], accum)
-        if min_blocks > 1:
-            T.annotate_min_blocks_per_sm(min_blocks)
 
         load_state(h0, s_f, n, hv, v0, has_init)
         w0 = bos // C

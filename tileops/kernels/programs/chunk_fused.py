@@ -68,9 +68,9 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
     through_v = ahead and walk_moves == "matrix"  # the output through the chunk's V tile, before its refill
     by_copy_engine = walk_moves == "tma-output"  # whole output tiles stored by the copy engine, from two tiles
-    # The output before the next loads: through the V tile they refill, or under an overlapped
-    # step's state update, which reads the K tile they refill.
-    output_first = through_v or by_copy_engine or walk_issue == "overlapped"
+    # The output before the next loads: through the V tile they refill, or from the tile the copy
+    # engine stores while the walk goes on.
+    output_first = through_v or by_copy_engine
     group = HV // H
     accum = "float32"
     walkers = WARPGROUP * (V // 64)
@@ -89,7 +89,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                ("ht", T.Tensor(seqs.state_shape(HV, K, V, state_v_first, out=True), accum))]
     # T' is zero in the rows and columns of tokens past the sequence's end (their β is), so the walk
     # needs no masks.
-    step, store_output, settle = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
+    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
                                            moves=walk_moves, issue=walk_issue, masked=False)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
@@ -189,7 +189,6 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                     emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)
                 elif output_first:
                     emit_output(o_f, o_s, c % 2 if by_copy_engine else 0, o, t0, hv, hi, store_from)
-                settle(s_f)
                 if by_copy_engine:
                     T.tma_store_wait(1)  # the store of the chunk before has read its tile
                 if c + S < windows:

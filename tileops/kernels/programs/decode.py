@@ -35,7 +35,6 @@ class DecodeShape:
     dt_bias_dtype: str
     block_v: int
     threads: int
-    min_blocks: int
     state_v_first: bool
     has_state: bool
     scale: float
@@ -106,8 +105,6 @@ def decode_program(s: DecodeShape):
         ht: T.Tensor(state_shape, f32),
     ):
         with T.Kernel(V // BV, HV, batch, threads=s.threads) as (iv, ih, ib):
-            if s.min_blocks > 1:
-                T.annotate_min_blocks_per_sm(s.min_blocks)
             tx = T.get_thread_binding()
             hk = ih // group
             v0 = iv * BV
