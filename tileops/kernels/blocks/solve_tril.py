@@ -9,6 +9,7 @@ from tileops.kernels.blocks.wy_merge import BLOCK, block_merge
 LANES = 8  # partial sums per row of the forward substitution
 NEWEST = 2  # entries of a column subtracted last in each row of it, outside the partial sums
 
+
 def lane_total(acc, lanes: int = LANES):
     """The sum of ``lanes`` partial sums (an expression, built when the program is traced), added
     pairwise: log2(lanes) dependent additions instead of lanes − 1."""

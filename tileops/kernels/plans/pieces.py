@@ -21,6 +21,7 @@ import torch
 PIECE_WIDTHS = (16, 32, 64, 128)  # the chunks a piece of a cut sequence may span
 WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, about e^-0.1 a token
 
+
 @dataclass(frozen=True)
 class PiecePlan:
     """Per piece: ``start`` (first token), ``end`` (one past its last), ``first`` (its sequence's
