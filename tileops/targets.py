@@ -31,6 +31,11 @@ _REFERENCE_KERNELS: dict[str, tuple[str, ...]] = {
 
 _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "GDNFwdOp": ("tl.gdn_decode", "tl.gdn_prefill"),
+    "DeltaNetFwdOp": ("tl.deltanet_decode",),
+    "DeltaNetRecurrentFwdOp": ("tl.deltanet_decode",),
+    "KDAFwdOp": ("tl.kda_decode",),
+    "GLAFwdOp": ("tl.gla_decode",),
+    "GLARecurrentFwdOp": ("tl.gla_decode",),
 }
 
 _EXTERNAL: dict[tuple[str, str], Callable] = {}

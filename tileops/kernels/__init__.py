@@ -14,6 +14,7 @@ Layout (the shared layer never imports a family; families import only the shared
 - ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
   ``packing``, ``decode_tile``
 - ``launch/``: compiling a config's programs for a call and launching them
+- ``decode_kernel``: one family's decode kernel from the shared decode pieces
 - ``base`` (``KernelDef``), ``config`` (``KernelConfig``), ``registry``, ``code_hash`` (the
   hash tuning rows carry: the kernel's code as parsed, so text edits and moves keep rows fresh)
 - ``reference_kernels``: the PyTorch ``reference`` target of every op
@@ -25,12 +26,17 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   served on CPU by ``reference_kernels``; kernels
   ``gdn/prefill.py`` (``tl.gdn_prefill``: ``programs.chunk_prep`` + ``chain_key`` /
   ``chain_value``, or ``chunk_fused`` with ``warm_start``) and ``gdn/decode.py``
-  (``tl.gdn_decode``: ``programs.decode``). In each: the config space (``GDNPrefillConfig``,
-  ``GDNDecodeConfig``), its constraints (``tile_problem``), refusals (``refuse``), ``default``
-  and the ``register`` call. Tuning key: ``tileops.dispatch.key.key_for`` (kernel name, arch,
+  (``tl.gdn_decode``: ``programs.decode`` through ``decode_kernel``). In each: the config space
+  (``GDNPrefillConfig``; the shared ``DecodeConfig``), its constraints (``tile_problem``),
+  refusals (``refuse``), ``default`` and the ``register`` call. Tuning key: ``tileops.dispatch.key.key_for`` (kernel name, arch,
   device, dtype, widths, program flags, shape buckets); rows carry ``KernelDef.source_hash``.
-- DeltaNet (no gate, delta rule), KDA (per-channel gate, delta rule), GLA (per-channel gate, no
-  delta rule; reference ``reference/gla``): served by ``reference_kernels`` today; their TileLang kernels are to come as
-  ``deltanet/``, ``kda/``, ``gla/`` beside ``gdn/``, each adding only its config space,
-  refusals, default, registration and the blocks the shared layer lacks.
+- DeltaNet (no gate, delta rule; reference ``reference/delta_rule`` without g), KDA (per-channel
+  gate, delta rule; its gate in ``reference/transforms.kda_gate``), GLA (per-channel gate, no
+  delta rule; reference ``reference/gla``): ``deltanet/decode.py``, ``kda/decode.py`` and
+  ``gla/decode.py`` register ``tl.deltanet_decode``, ``tl.kda_decode`` and ``tl.gla_decode``, each
+  a ``DecodeRule`` (gate, delta rule) and its ops' argument order on the shared decode pieces
+  (``decode_kernel``: ``plans.decode_tile``'s ``DecodeConfig``, ``default_config`` and
+  ``decode_problem``, ``programs.decode``, ``launch.decode``). Their prefill and chunked ops are
+  served by ``reference_kernels``; their prefill kernels are to come beside these, adding only
+  their config space, refusals, default, registration and the blocks the shared layer lacks.
 """

@@ -12,6 +12,9 @@ from tileops.kernels.base import KernelDef
 KERNEL_MODULES = (
     "tileops.kernels.reference_kernels",
     "tileops.kernels.gdn",
+    "tileops.kernels.deltanet",
+    "tileops.kernels.kda",
+    "tileops.kernels.gla",
 )
 
 _KERNELS: dict[str, KernelDef] = {}

@@ -124,7 +124,8 @@ class DeltaNetRecurrentFwdOp(Op):
         shapes.tensor("state", state, ["B", "H", "DK", "DV"], param_dtypes(q.dtype))
         s = shapes.sizes
         spec = call_spec("deltanet", "DeltaNetRecurrentFwdOp", "step", q, batch=s["B"], tokens=1, heads=s["H"],
-                         value_heads=s["H"], dim_k=s["DK"], dim_v=s["DV"], state_dtype=str(state.dtype))
+                         value_heads=s["H"], dim_k=s["DK"], dim_v=s["DV"], scale=1.0,
+                         state_dtype=str(state.dtype))
         return spec, (q, k, v, beta, state)
 
     def _fake(self, q, k, v, beta, state) -> tuple[torch.Tensor, torch.Tensor]:

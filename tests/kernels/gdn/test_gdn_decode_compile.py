@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.gdn.decode import KERNEL, GDNDecodeConfig
+from tileops.kernels.gdn.decode import KERNEL
+from tileops.kernels.plans.decode_tile import DecodeConfig
 from tileops.kernels.plans.decode_tile import thread_tile
 from tileops.kernels.registry import get_kernel
 
@@ -34,7 +35,7 @@ def source_of(launcher) -> str:
 def test_registered():
     kernel = get_kernel("tl.gdn_decode")
     assert kernel is KERNEL and kernel.family == "gdn" and "sm90" in kernel.archs
-    assert kernel.config_model is GDNDecodeConfig
+    assert kernel.config_model is DecodeConfig
 
 
 @pytest.mark.parametrize("change,words", [
@@ -87,7 +88,7 @@ def test_invalid_configs_say_why(config, words):
 
 
 def test_config_without_a_call_checks_only_the_literals():
-    assert KERNEL.validate_config({"block_v": 64, "threads": 32}) == GDNDecodeConfig(block_v=64, threads=32)
+    assert KERNEL.validate_config({"block_v": 64, "threads": 32}) == DecodeConfig(block_v=64, threads=32)
     with pytest.raises(ValueError):
         KERNEL.validate_config({"block_v": 48})
 
@@ -104,8 +105,8 @@ def test_default_compiles_for_sm90a_with_symbolic_batch():
 
 @needs_nvcc
 @pytest.mark.parametrize("dim,v_first,config,flags", [
-    (64, True, GDNDecodeConfig(block_v=32, threads=32), dict(has_initial_state=False)),
-    (128, False, GDNDecodeConfig(block_v=64, threads=128),
+    (64, True, DecodeConfig(block_v=32, threads=32), dict(has_initial_state=False)),
+    (128, False, DecodeConfig(block_v=64, threads=128),
      dict(use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, allow_neg_eigval=True)),
 ])
 def test_other_configs_compile(dim, v_first, config, flags):

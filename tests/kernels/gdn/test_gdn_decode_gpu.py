@@ -138,13 +138,14 @@ def poison_allocator(device: torch.device) -> None:
 
 
 def launcher_for(case: Case, batch: int, config: Optional[tuple[int, int]] = None):
-    from tileops.kernels.gdn.decode import KERNEL, GDNDecodeConfig
+    from tileops.kernels.gdn.decode import KERNEL
+    from tileops.kernels.plans.decode_tile import DecodeConfig
 
     spec = make_spec(case, batch)
     if config is None:
         chosen = KERNEL.default(spec)
     else:
-        chosen = KERNEL.validate_config(GDNDecodeConfig(block_v=config[0], threads=config[1]), spec)
+        chosen = KERNEL.validate_config(DecodeConfig(block_v=config[0], threads=config[1]), spec)
     return KERNEL.build(chosen, spec)
 
 

@@ -1,4 +1,4 @@
-"""The launcher ``tl.gdn_decode`` builds: compiled programs per call variant, one launch per call."""
+"""The launcher every decode kernel builds: compiled programs per call variant, one launch per call."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.hardware import compile_target
+from tileops.kernels.plans.decode_tile import DELTA_SCALAR, DecodeRule
 from tileops.kernels.programs.decode import DecodeShape, decode_program
 
 # (g, beta, A_log, dt_bias dtypes, whether an initial state is given): what the call's optional
@@ -36,20 +37,26 @@ def entry_point(kernel):
 
 
 class DecodeLauncher:
-    """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``.
+    """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``,
+    the gated delta rule's call; ``step`` takes the same tensors with None for what a family
+    lacks (g without a gate, beta without the delta rule).
 
-    Returns ``(o, final_state)``: o [B, 1, HV, V] in q's dtype and a new fp32 state in the given
-    layout; ``initial_state`` is only read. The batch size is a run-time value of the compiled
-    program. g, beta, A_log and dt_bias may each come in the token dtype or fp32 and the initial
-    state may be absent: the program for such a variant is compiled on its first call (the fp32
-    one, with or without a state as the spec says, is compiled here, ahead of time).
+    Returns ``(o, final_state)``: o [B, 1, HV, V] in q's dtype and a new state in the given
+    layout, fp32 unless the call's ``state_dtype`` says otherwise; ``initial_state`` is only read.
+    The batch size is a run-time value of the compiled program. g, beta, A_log and dt_bias may
+    each come in the token dtype or fp32 and the initial state may be absent: the program for
+    such a variant is compiled on its first call (the fp32 one, with or without a state as the
+    spec says, is compiled here, ahead of time).
     """
 
-    def __init__(self, config, spec: CallSpec) -> None:
+    def __init__(self, config, spec: CallSpec, rule: DecodeRule = DELTA_SCALAR, name: str = "tl.gdn_decode") -> None:
         self.spec = spec
         self.config = config
+        self.rule = rule
+        self.name = name
         self.value_first = bool(spec.flag("state_v_first", False))
         self.gate_in_kernel = bool(spec.flag("use_gate_in_kernel", False))
+        self.state_dtype = getattr(torch, str(spec.flag("state_dtype", "torch.float32")).removeprefix("torch."))
         self.o_dims = (1, spec.value_heads, spec.dim_v)
         self.state_dims = (spec.value_heads,) + ((spec.dim_v, spec.dim_k) if self.value_first else (spec.dim_k, spec.dim_v))
         self.programs: dict[Variant, object] = {}  # the JIT kernels, for inspection
@@ -63,7 +70,7 @@ class DecodeLauncher:
         if entry is None:
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
-                    "tl.gdn_decode would compile a program for new g/beta/A_log/dt_bias dtypes or initial-state "
+                    f"{self.name} would compile a program for new g/beta/A_log/dt_bias dtypes or initial-state "
                     "presence while a CUDA graph is being captured; make one call like it before capturing")
             kernel = self.programs[variant] = compiled(self.shape(variant), self.spec.arch)
             entry = self.entries[variant] = entry_point(kernel)
@@ -73,6 +80,9 @@ class DecodeLauncher:
         g_dtype, beta_dtype, a_log_dtype, dt_bias_dtype, has_state = variant
         spec, flag = self.spec, self.spec.flag
         scale = flag("scale")
+        extra = {} if self.rule == DELTA_SCALAR else dict(
+            gate=self.rule.gate, delta=self.rule.delta, state_dtype=dtype_name(self.state_dtype),
+            has_dt_bias=bool(flag("has_dt_bias", True)), lower_bound=flag("lower_bound"))
         return DecodeShape(
             heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
             dtype=spec.dtype_name, g_dtype=dtype_name(g_dtype), beta_dtype=dtype_name(beta_dtype),
@@ -82,29 +92,42 @@ class DecodeLauncher:
             has_state=has_state, scale=float(spec.dim_k ** -0.5 if scale is None else scale),
             l2norm=bool(flag("use_qk_l2norm_in_kernel", False)),
             beta_sigmoid=bool(flag("use_beta_sigmoid_in_kernel", False)),
-            neg_eigval=bool(flag("allow_neg_eigval", False)), gate_in_kernel=self.gate_in_kernel)
+            neg_eigval=bool(flag("allow_neg_eigval", False)), gate_in_kernel=self.gate_in_kernel, **extra)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                  beta: torch.Tensor, initial_state: Optional[torch.Tensor] = None,
                  cu_seqlens: Optional[torch.Tensor] = None, cu_seqlens_cpu: Optional[torch.Tensor] = None,
                  A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.step(q, k, v, g, beta, initial_state, A_log, dt_bias)
+
+    def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: Optional[torch.Tensor],
+             beta: Optional[torch.Tensor], initial_state: Optional[torch.Tensor] = None,
+             A_log: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step over [B, 1, heads, dim] tokens; the program reads a stand-in where a family
+        has no g or beta, or a call no dt_bias (each of another input's shape, never read)."""
         batch = q.shape[0]
         o = torch.empty((batch,) + self.o_dims, dtype=q.dtype, device=q.device)
-        state = torch.empty((batch,) + self.state_dims, dtype=torch.float32, device=q.device)
+        state = torch.empty((batch,) + self.state_dims, dtype=self.state_dtype, device=q.device)
         if batch == 0:
             return o, state
+        g, beta = (None if x is None else x.contiguous() for x in (g, beta))
+        g = beta if g is None else g
+        beta = g if beta is None else beta
         if self.gate_in_kernel:
-            A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
+            A_log = A_log.contiguous()
+            dt_bias = A_log if dt_bias is None else dt_bias.contiguous()
         else:
             A_log = dt_bias = state  # never read
         has_state = initial_state is not None
         q, k = q.contiguous(), k.contiguous()
         h0 = initial_state.contiguous() if has_state else state
-        if (q.data_ptr() | k.data_ptr() | h0.data_ptr()) & 15:  # vector loads need 16-byte alignment
-            q, k, h0 = (x if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, h0))
+        if (q.data_ptr() | k.data_ptr() | h0.data_ptr() | g.data_ptr()) & 15:  # vector loads: 16-byte alignment
+            q, k, h0, g = (x if x.data_ptr() % 16 == 0 else x.clone() for x in (q, k, h0, g))
+            beta = g if self.rule.gate == "none" else beta
         entry = self.entries.get((g.dtype, beta.dtype, A_log.dtype, dt_bias.dtype, has_state))
         if entry is None:
             entry = self.program((g.dtype, beta.dtype, A_log.dtype, dt_bias.dtype, has_state))
-        entry(q, k, v.contiguous(), g.contiguous(), beta.contiguous(), h0, A_log, dt_bias, o, state)
+        entry(q, k, v.contiguous(), g, beta, h0, A_log, dt_bias, o, state)
         return o, state

@@ -1,11 +1,14 @@
-"""The TileLang program of one Gated DeltaNet decode step (T == 1).
+"""The TileLang program of one decode step (T == 1) of every family: the delta rule or a plain
+gated sum, under no gate, one decay per head or one per key channel.
 
 One CTA updates one V-tile of one (sequence, value head) state. Each thread keeps its piece of
-the fp32 state tile in registers, so the state is read once and written once. One reduction over
+the state tile in fp32 registers, so the state is read once and written once. One reduction over
 K gives Sᵀk, Sᵀq and the scalars kᵀk, qᵀq, qᵀk at once; with them the L2 norms, the decay, the
-delta and the output need no second pass:
+delta and the output need no second pass. With D the decay (e^g for a head's gate, diag(e^g)
+for per-channel gates, I for none; a per-channel decay is applied to the state first):
 
-    δ = β (v − e^g Sᵀk̂),   o = scale (e^g Sᵀq̂ + (q̂ᵀk̂) δ),   S_new = e^g S + k̂ δᵀ.
+    delta rule:  δ = β (v − (D S)ᵀk̂),   o = scale ((D S)ᵀq̂ + (q̂ᵀk̂) δ),   S_new = D S + k̂ δᵀ
+    gated sum:   δ = v,                 o = scale ((D S)ᵀq  + (qᵀk) v),    S_new = D S + k vᵀ
 
 Threads tile the state with 16-byte vectors along its contiguous axis (V for the key-major
 layout, K for the value-major one) and contiguous runs along the other axis. Plain SIMT fp32
@@ -13,6 +16,7 @@ code: it runs on sm80, sm89 and sm90 alike.
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import tilelang.language as T
 
@@ -42,6 +46,11 @@ class DecodeShape:
     beta_sigmoid: bool
     neg_eigval: bool
     gate_in_kernel: bool
+    gate: str = "scalar"  # "none", "scalar" (one decay per head) or "channel" (one per key channel)
+    delta: bool = True  # the delta rule; False: the plain gated sum, no beta
+    state_dtype: str = "float32"  # the state as stored; the arithmetic is fp32 whatever it is
+    has_dt_bias: bool = True  # an in-kernel gate's dt_bias is given (KDA's is optional)
+    lower_bound: Optional[float] = None  # KDA's in-kernel gate: lower_bound * sigmoid(e^A_log x)
 
 
 def decode_program(s: DecodeShape):
@@ -49,6 +58,8 @@ def decode_program(s: DecodeShape):
 
     ``h0`` is not read when ``s.has_state`` is False. Without ``s.gate_in_kernel``, ``A_log`` and
     ``dt_bias`` are not read either and take the shape of the state, so the launcher can pass it.
+    Without a gate, ``g`` takes beta's shape; without the delta rule, ``beta`` takes g's; without
+    ``s.has_dt_bias``, ``dt_bias`` takes A_log's: the launcher passes those in their place.
     """
     K, V, H, HV, BV = s.dim_k, s.dim_v, s.heads, s.value_heads, s.block_v
     tile = thread_tile(K, BV, s.threads, s.state_v_first)
@@ -57,6 +68,10 @@ def decode_program(s: DecodeShape):
     batch = T.dynamic("batch")
     state_shape = (batch, HV, V, K) if s.state_v_first else (batch, HV, K, V)
     gate_shape = (HV,) if s.gate_in_kernel else state_shape
+    channel = s.gate == "channel"
+    g_shape = (batch, 1, HV, K) if channel else (batch, 1, HV)
+    beta_shape = (batch, 1, HV) if s.delta else g_shape
+    bias_shape = (HV * K,) if channel and s.gate_in_kernel and s.has_dt_bias else gate_shape
     warps_k = max(1, (TK * tile.k_stride) // WARP)  # warps a column set spans
     # shuffle distances inside a warp that reach the other K-pieces of the same columns
     lane_steps = []
@@ -91,18 +106,35 @@ def decode_program(s: DecodeShape):
         x = raw + bias
         return -T.exp(a_log) * T.if_then_else(x > 20.0, x, T.log1p(T.exp(x)))
 
+    def widen(x):
+        """A stored state cell as fp32."""
+        return x if s.state_dtype == f32 else T.cast(x, f32)
+
+    def narrow(x):
+        """An fp32 state cell as stored."""
+        return x if s.state_dtype == f32 else T.cast(x, s.state_dtype)
+
+    def channel_gate(x, a_log):
+        """A per-channel log decay from the raw gate x (dt_bias added), never NaN: with a lower
+        bound lb·sigmoid(e^A_log x) (a zero x stays zero, even for an infinite e^A_log), else
+        −exp(A_log + log softplus(x)), finite or −inf (a full reset)."""
+        if s.lower_bound is not None:
+            return s.lower_bound * T.sigmoid(T.if_then_else(x == 0.0, 0.0, T.exp(a_log) * x))
+        log_softplus = T.if_then_else(x < -20.0, x, T.if_then_else(x > 20.0, T.log(x), T.log(T.log1p(T.exp(x)))))
+        return -T.exp(a_log + log_softplus)
+
     @T.prim_func
     def main(
         q: T.Tensor((batch, 1, H, K), s.dtype),
         k: T.Tensor((batch, 1, H, K), s.dtype),
         v: T.Tensor((batch, 1, HV, V), s.dtype),
-        g: T.Tensor((batch, 1, HV), s.g_dtype),
-        beta: T.Tensor((batch, 1, HV), s.beta_dtype),
-        h0: T.Tensor(state_shape, f32),
+        g: T.Tensor(g_shape, s.g_dtype),
+        beta: T.Tensor(beta_shape, s.beta_dtype),
+        h0: T.Tensor(state_shape, s.state_dtype),
         A_log: T.Tensor(gate_shape, s.a_log_dtype),
-        dt_bias: T.Tensor(gate_shape, s.dt_bias_dtype),
+        dt_bias: T.Tensor(bias_shape, s.dt_bias_dtype),
         o: T.Tensor((batch, 1, HV, V), s.dtype),
-        ht: T.Tensor(state_shape, f32),
+        ht: T.Tensor(state_shape, s.state_dtype),
     ):
         with T.Kernel(V // BV, HV, batch, threads=s.threads) as (iv, ih, ib):
             tx = T.get_thread_binding()
@@ -123,11 +155,11 @@ def decode_program(s: DecodeShape):
                     for c in T.unroll(EV):
                         for a4 in T.unroll(EK // VEC):
                             for e in T.vectorized(VEC):
-                                st[cell(a4 * VEC + e, c)] = h0[ib, ih, v0 + v_pos(tv, c), k_pos(tk, a4 * VEC + e)]
+                                st[cell(a4 * VEC + e, c)] = widen(h0[ib, ih, v0 + v_pos(tv, c), k_pos(tk, a4 * VEC + e)])
                 else:
                     for a in T.unroll(EK):
                         for c in T.vectorized(EV):
-                            st[cell(a, c)] = h0[ib, ih, k_pos(tk, a), v0 + v_pos(tv, c)]
+                            st[cell(a, c)] = widen(h0[ib, ih, k_pos(tk, a), v0 + v_pos(tv, c)])
             else:
                 for i in T.unroll(EK * EV):
                     st[i] = 0.0
@@ -139,6 +171,19 @@ def decode_program(s: DecodeShape):
                     kf[a0 * k_run + e] = T.cast(k[ib, 0, hk, k_pos(tk, a0 * k_run + e)], f32)
             for c in T.unroll(EV):
                 vf[c] = T.cast(v[ib, 0, ih, v0 + v_pos(tv, c)], f32)
+            if channel:  # D S first: the reduction and the update see the decayed state
+                df = T.alloc_local((EK,), f32)
+                for a0 in T.unroll(EK // k_run):
+                    for e in T.vectorized(k_run):
+                        df[a0 * k_run + e] = T.cast(g[ib, 0, ih, k_pos(tk, a0 * k_run + e)], f32)
+                for a in T.unroll(EK):
+                    if s.gate_in_kernel:
+                        if s.has_dt_bias:
+                            df[a] = df[a] + T.cast(dt_bias[ih * K + k_pos(tk, a)], f32)
+                        df[a] = channel_gate(df[a], T.cast(A_log[ih], f32))
+                    df[a] = T.exp(df[a])
+                    for c in T.unroll(EV):
+                        st[cell(a, c)] = df[a] * st[cell(a, c)]
 
             for i in T.unroll(n_red):
                 red[i] = 0.0
@@ -175,31 +220,47 @@ def decode_program(s: DecodeShape):
                     for w in T.unroll(warps_k):
                         red[2 * EV + j] += cross[w, 2 * BV + j]
 
-            g_in = T.cast(g[ib, 0, ih], f32)
-            decay = T.exp(gate(g_in, T.cast(A_log[ih], f32), T.cast(dt_bias[ih], f32)) if s.gate_in_kernel else g_in)
-            b_in = T.cast(beta[ib, 0, ih], f32)
-            b = T.sigmoid(b_in) * (2.0 if s.neg_eigval else 1.0) if s.beta_sigmoid else b_in
-            rk = T.rsqrt(red[2 * EV + 1] + eps) if s.l2norm else T.float32(1.0)
-            rq = T.rsqrt(red[2 * EV + 2] + eps) if s.l2norm else T.float32(1.0)
-            qk = red[2 * EV] * rk * rq * s.scale
-            # vf becomes δ, red[EV + c] the output
-            for c in T.unroll(EV):
-                vf[c] = b * (vf[c] - decay * rk * red[c])
-                red[EV + c] = decay * rq * s.scale * red[EV + c] + qk * vf[c]
-            for a in T.unroll(EK):
-                kf[a] = kf[a] * rk
+            if s.gate == "scalar":
+                g_in = T.cast(g[ib, 0, ih], f32)
+                decay = T.exp(gate(g_in, T.cast(A_log[ih], f32), T.cast(dt_bias[ih], f32)) if s.gate_in_kernel else g_in)
+                b_in = T.cast(beta[ib, 0, ih], f32)
+                b = T.sigmoid(b_in) * (2.0 if s.neg_eigval else 1.0) if s.beta_sigmoid else b_in
+                rk = T.rsqrt(red[2 * EV + 1] + eps) if s.l2norm else T.float32(1.0)
+                rq = T.rsqrt(red[2 * EV + 2] + eps) if s.l2norm else T.float32(1.0)
+                qk = red[2 * EV] * rk * rq * s.scale
+                # vf becomes δ, red[EV + c] the output
                 for c in T.unroll(EV):
-                    st[cell(a, c)] = decay * st[cell(a, c)] + kf[a] * vf[c]
+                    vf[c] = b * (vf[c] - decay * rk * red[c])
+                    red[EV + c] = decay * rq * s.scale * red[EV + c] + qk * vf[c]
+                for a in T.unroll(EK):
+                    kf[a] = kf[a] * rk
+                    for c in T.unroll(EV):
+                        st[cell(a, c)] = decay * st[cell(a, c)] + kf[a] * vf[c]
+            else:  # no decay left to apply: none, or per channel and already in the state
+                rk = T.rsqrt(red[2 * EV + 1] + eps) if s.l2norm else T.float32(1.0)
+                rq = T.rsqrt(red[2 * EV + 2] + eps) if s.l2norm else T.float32(1.0)
+                qk = red[2 * EV] * rk * rq * s.scale
+                if s.delta:
+                    b_in = T.cast(beta[ib, 0, ih], f32)
+                    b = T.sigmoid(b_in) * (2.0 if s.neg_eigval else 1.0) if s.beta_sigmoid else b_in
+                    for c in T.unroll(EV):
+                        vf[c] = b * (vf[c] - rk * red[c])
+                for c in T.unroll(EV):
+                    red[EV + c] = rq * s.scale * red[EV + c] + qk * vf[c]
+                for a in T.unroll(EK):
+                    kf[a] = kf[a] * rk
+                    for c in T.unroll(EV):
+                        st[cell(a, c)] = st[cell(a, c)] + kf[a] * vf[c]
 
             if s.state_v_first:
                 for c in T.unroll(EV):
                     for a4 in T.unroll(EK // VEC):
                         for e in T.vectorized(VEC):
-                            ht[ib, ih, v0 + v_pos(tv, c), k_pos(tk, a4 * VEC + e)] = st[cell(a4 * VEC + e, c)]
+                            ht[ib, ih, v0 + v_pos(tv, c), k_pos(tk, a4 * VEC + e)] = narrow(st[cell(a4 * VEC + e, c)])
             else:
                 for a in T.unroll(EK):
                     for c in T.vectorized(EV):
-                        ht[ib, ih, k_pos(tk, a), v0 + v_pos(tv, c)] = st[cell(a, c)]
+                        ht[ib, ih, k_pos(tk, a), v0 + v_pos(tv, c)] = narrow(st[cell(a, c)])
             if tk == 0:
                 for c in T.unroll(EV):
                     o[ib, 0, ih, v0 + v_pos(tv, c)] = T.cast(red[EV + c], s.dtype)

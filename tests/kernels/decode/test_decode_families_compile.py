@@ -1,0 +1,140 @@
+"""Every family's decode kernel without a GPU: registered for its ops, refusals in words, a
+default that fits, and programs that compile for sm_90a (and sm_80) without spilling."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import pytest
+import torch
+
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.registry import get_kernel
+from tileops.targets import BUILTIN, kernel_names
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="compiling needs nvcc")
+
+# op family, entry, mode: the calls each decode kernel serves
+SERVES = {
+    "tl.deltanet_decode": [("deltanet", "DeltaNetFwdOp", "decode"), ("deltanet", "DeltaNetRecurrentFwdOp", "step")],
+    "tl.gla_decode": [("gla", "GLAFwdOp", "decode"), ("gla", "GLARecurrentFwdOp", "step")],
+    "tl.kda_decode": [("kda", "KDAFwdOp", "decode")],
+}
+KDA_FLAGS = ("use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first",
+             "use_gate_in_kernel")
+
+
+def spec_for(op, entry, mode, *, dim=128, dtype=torch.bfloat16, heads=4, value_heads=None, arch="sm90", batch=64,
+             **flags) -> CallSpec:
+    device = torch.device("cpu") if arch == "cpu" else torch.device("cuda", 0)
+    step = mode == "step"
+    value_heads = value_heads or (heads if step or op == "gla" else 2 * heads)
+    flags.setdefault("scale", 1.0 if entry == "DeltaNetRecurrentFwdOp" else dim ** -0.5)
+    if step:
+        flags.setdefault("state_dtype", "torch.float32")
+    else:
+        flags.setdefault("has_initial_state", True)
+    return CallSpec(op=op, entry=entry, mode=mode, dtype=dtype, device=device, arch=arch, device_name="NVIDIA H200",
+                    batch=batch, tokens=1, heads=heads, value_heads=value_heads, dim_k=dim, dim_v=dim,
+                    flags=make_flags(**flags))
+
+
+def launcher_of(built):
+    """The shared launcher inside a family's adapter."""
+    return next(c.cell_contents for c in built.__closure__ if hasattr(c.cell_contents, "programs"))
+
+
+@pytest.mark.parametrize("name", sorted(SERVES))
+def test_each_decode_kernel_is_the_builtin_target_of_its_ops(name):
+    kernel = get_kernel(name)
+    for family, entry, mode in SERVES[name]:
+        assert kernel.family == family and name in kernel_names(BUILTIN, entry)
+        assert kernel.refuse(spec_for(family, entry, mode)) is None
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(arch="cpu"), "CUDA"),
+    (dict(arch="sm75"), "sm80"),
+    (dict(mode="prefill"), "single-token decode"),
+    (dict(dim=96), "64- or 128-wide"),
+])
+@pytest.mark.parametrize("name", sorted(SERVES))
+def test_refusals_say_why(name, change, words):
+    family, entry, mode = SERVES[name][0]
+    reason = get_kernel(name).refuse(spec_for(family, entry, **{"mode": mode, **change}))
+    assert reason and words in reason, reason
+
+
+def test_kda_takes_half_precision_tokens_only_and_gla_and_deltanet_steps_take_fp32():
+    assert "float16 or bfloat16" in get_kernel("tl.kda_decode").refuse(spec_for("kda", "KDAFwdOp", "decode",
+                                                                                   dtype=torch.float32))
+    for name, (family, entry, mode) in (("tl.gla_decode", SERVES["tl.gla_decode"][1]),
+                                        ("tl.deltanet_decode", SERVES["tl.deltanet_decode"][1])):
+        assert get_kernel(name).refuse(spec_for(family, entry, mode, dtype=torch.float32)) is None
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("bits", range(1 << len(KDA_FLAGS)))
+def test_every_kda_flag_combination_has_a_decode_kernel(dim, bits):
+    flags = {name: bool(bits >> i & 1) for i, name in enumerate(KDA_FLAGS)}
+    if flags["allow_neg_eigval"] and not flags["use_beta_sigmoid_in_kernel"]:
+        pytest.skip("KDAFwdOp refuses allow_neg_eigval without the sigmoid")
+    for lower_bound in ((None, -5.0) if flags["use_gate_in_kernel"] else (None,)):
+        spec = spec_for("kda", "KDAFwdOp", "decode", dim=dim, lower_bound=lower_bound, has_dt_bias=True, **flags)
+        kernel = get_kernel("tl.kda_decode")
+        assert kernel.refuse(spec) is None
+        kernel.validate_config(kernel.default(spec), spec)
+
+
+COMPILE_CASES = [
+    ("tl.deltanet_decode", dict(family="deltanet", entry="DeltaNetFwdOp", mode="decode", use_qk_l2norm_in_kernel=True)),
+    ("tl.deltanet_decode", dict(family="deltanet", entry="DeltaNetRecurrentFwdOp", mode="step", dtype=torch.float32)),
+    ("tl.deltanet_decode", dict(family="deltanet", entry="DeltaNetRecurrentFwdOp", mode="step", dim=64,
+                                state_dtype="torch.bfloat16")),
+    ("tl.gla_decode", dict(family="gla", entry="GLAFwdOp", mode="decode", has_initial_state=False)),
+    ("tl.gla_decode", dict(family="gla", entry="GLARecurrentFwdOp", mode="step", dtype=torch.float16, dim=64,
+                           state_dtype="torch.float16")),
+    ("tl.kda_decode", dict(family="kda", entry="KDAFwdOp", mode="decode")),
+    ("tl.kda_decode", dict(family="kda", entry="KDAFwdOp", mode="decode", use_qk_l2norm_in_kernel=True,
+                           use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True, use_gate_in_kernel=True,
+                           has_dt_bias=True, lower_bound=-5.0)),
+    ("tl.kda_decode", dict(family="kda", entry="KDAFwdOp", mode="decode", dim=64, dtype=torch.float16,
+                           state_v_first=True, use_gate_in_kernel=True, has_dt_bias=False)),
+]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name,case", COMPILE_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(COMPILE_CASES)])
+def test_default_compiles_for_sm90a(name, case):
+    case = dict(case)
+    family, entry, mode = case.pop("family"), case.pop("entry"), case.pop("mode")
+    spec = spec_for(family, entry, mode, **case)
+    kernel = get_kernel(name)
+    launcher = launcher_of(kernel.build(kernel.default(spec), spec))
+    assert len(launcher.programs) == 1  # the call's own variant, built ahead of its first call
+
+
+@pytest.mark.parametrize("name,case", COMPILE_CASES[:1] + COMPILE_CASES[-2:])
+def test_the_batch_size_is_a_run_time_value(name, case, monkeypatch):
+    """Every tensor of the program takes a symbolic batch: a new batch size never compiles."""
+    from tileops.kernels.launch import decode
+    from tileops.kernels.programs.decode import decode_program
+
+    shapes = []
+    monkeypatch.setattr(decode, "compiled", lambda shape, arch: shapes.append(shape))
+    monkeypatch.setattr(decode, "entry_point", lambda program: None)
+    case = dict(case)
+    spec = spec_for(case.pop("family"), case.pop("entry"), case.pop("mode"), **case)
+    kernel = get_kernel(name)
+    kernel.build(kernel.default(spec), spec)
+    func = decode_program(shapes[0])
+    dims = {str(func.buffer_map[p].shape[0]) for p in func.params if len(func.buffer_map[p].shape) > 1}
+    assert dims == {"batch"}
+
+
+@needs_nvcc
+def test_kda_compiles_for_sm80():
+    spec = spec_for("kda", "KDAFwdOp", "decode", arch="sm80")
+    kernel = get_kernel("tl.kda_decode")
+    assert launcher_of(kernel.build(kernel.default(spec), spec)).programs
