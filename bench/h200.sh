@@ -3,7 +3,7 @@
 # by side (ab), tune GDN into a fresh database, export the sm90 snapshot, run the GPU tests
 # (agreement of tuned and default configs included), benchmark against the peers, and measure cold
 # start and host overhead. Everything lands in $OUT (default ./h200-out).
-#   bash bench/h200.sh [ab|tune|test|bench|cold|all] [trials]
+#   bash bench/h200.sh [ab|tune|test|bench|decode|cold|all] [trials]
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
@@ -54,6 +54,8 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided" &
     run_group tests/kernels/gdn/test_gdn_op_gpu.py &
     run_group tests/tuner/test_tuned_default_agree.py &
+    run_group tests/kernels/decode/test_decode_families_gpu.py &
+    run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py &
     timeout 400 python3 bench/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT/prefill-errors.log"
@@ -68,6 +70,14 @@ if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     python3 -m tileops.cli.db warm 2>&1 | tail -n 2 | tee "$OUT/bench.log"  # shipped winners into the cache
     timeout 540 python3 -m tileops.cli.bench --op gdn --out "$OUT" --peer-timeout 240 2>&1 | tee -a "$OUT/bench.log"
     tar cJf "$OUT/tlcache.tar.xz" -C "$TILELANG_CACHE_DIR/.." "$(basename "$TILELANG_CACHE_DIR")"
+fi
+if [ "$STEP" = decode ] || [ "$STEP" = all ]; then
+    # The other families' decode rows, ours and both peers in one call each.
+    unset TILEOPS_DB
+    export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-$PWD/.tlcache} TRITON_CACHE_DIR=$PWD/.tlcache/triton
+    for op in deltanet kda gla; do
+        timeout 240 python3 -m tileops.cli.bench --op "$op" --rows decode --out "$OUT/$op" --peer-timeout 150 2>&1 | tee -a "$OUT/decode-bench.log"
+    done
 fi
 if [ "$STEP" = cold ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB

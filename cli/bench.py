@@ -19,9 +19,9 @@ def _ratio(ours: Optional[float], peer: Optional[float]) -> str:
     return "-" if not ours or not peer else f"{peer / ours:.2f}x"
 
 
-def render(rows: list[dict]) -> Table:
+def render(rows: list[dict], op: str = "gdn") -> Table:
     """The side-by-side table: ms, throughput, floor, and our speed relative to each peer."""
-    table = Table(title=f"GDN forward, H200, bf16 ({date.today().isoformat()})")
+    table = Table(title=f"{op.upper()} forward, H200, bf16 ({date.today().isoformat()})")
     for name in ("row", "ours ms", "throughput", "floor ms", "FLA ms", "TileOPs ms", "vs FLA", "vs TileOPs",
                  "first call s"):
         table.add_column(name)
@@ -35,7 +35,7 @@ def render(rows: list[dict]) -> Table:
     return table
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, op: str = "gdn") -> None:
     """Bar chart of ms per row for ours and each peer, with the floor marked."""
     import matplotlib
 
@@ -53,21 +53,30 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("ms (log)")
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.legend()
-    ax.set_title("GDN forward on H200 (bf16): lower is better")
+    ax.set_title(f"{op.upper()} forward on H200 (bf16): lower is better")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def bench_rows(op: str) -> list:
-    """The benchmark rows of ``op``."""
+ROW_KINDS = ("all", "prefill", "decode")
+
+
+def bench_rows(op: str, kind: str = "all") -> list:
+    """The benchmark rows of ``op``: all, or only its prefill (varlen included) or decode rows."""
     from tileops.cli.bench_cases import bench_cases
 
-    return list(bench_cases(op))
+    if kind not in ROW_KINDS:
+        raise typer.BadParameter(f"--rows takes {', '.join(ROW_KINDS)}, not {kind!r}", param_hint="--rows")
+    rows = list(bench_cases(op))
+    if kind == "all":
+        return rows
+    return [c for c in rows if (c.tokens == 1 and not c.seqlens) == (kind == "decode")]
 
 
 @app.command()
 def main_command(
-    op: str = typer.Option("gdn", help="Op family to benchmark."),
+    op: str = typer.Option("gdn", help="Op family to benchmark: gdn, kda, deltanet or gla."),
+    rows_kind: str = typer.Option("all", "--rows", help="all, prefill or decode rows."),
     peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
                                              help="PYTHONPATH holding the peers (fla, tileops 0.1.0)."),
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
@@ -104,12 +113,12 @@ def main_command(
             raise typer.Exit(1)
         from tileops.cli.bench_run import bench
 
-        rows = bench(bench_rows(op), peers_path, peer_timeout)
+        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
-    console.print(render(rows))
+    console.print(render(rows, op))
     try:
-        plot(rows, out / f"{op}.png")
+        plot(rows, out / f"{op}.png", op)
         console.print(f"wrote {out / 'results.json'} and {out / (op + '.png')}")
     except ImportError:
         console.print(f"wrote {out / 'results.json'}; matplotlib is absent here: "

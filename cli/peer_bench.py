@@ -20,18 +20,20 @@ from tileops.tuner.timing import time_cuda  # noqa: E402
 
 
 def inputs(case: dict) -> dict:
-    """Random GDN inputs for a row (same distribution as ours)."""
+    """Random inputs of a row's op (same distributions as ours): g per value head for GDN, per key
+    channel for KDA and GLA, none for DeltaNet; beta for the delta rule only."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     seqlens = case["seqlens"]
     b, t = (1, sum(seqlens)) if seqlens else (case["batch"], case["tokens"])
     n = len(seqlens) if seqlens else b
-    h, hv, d = case["heads"], case["value_heads"], case["dim"]
+    h, hv, d, op = case["heads"], case["value_heads"], case["dim"], case["op"]
     dt = torch.bfloat16
     q = torch.randn(b, t, h, d, device="cuda", generator=gen).to(dt)
     k = F.normalize(torch.randn(b, t, h, d, device="cuda", generator=gen), dim=-1).to(dt)
     v = torch.randn(b, t, hv, d, device="cuda", generator=gen).to(dt)
-    g = (F.logsigmoid(torch.randn(b, t, hv, device="cuda", generator=gen)) / 8)
-    beta = torch.rand(b, t, hv, device="cuda", generator=gen) * 0.9 + 0.05
+    gate = {"gdn": ((b, t, hv), 8), "kda": ((b, t, hv, d), 8), "gla": ((b, t, h, d), 16)}.get(op)
+    g = None if gate is None else F.logsigmoid(torch.randn(*gate[0], device="cuda", generator=gen)) / gate[1]
+    beta = None if op == "gla" else torch.rand(b, t, hv, device="cuda", generator=gen) * 0.9 + 0.05
     state = 0.1 * torch.randn(n, hv, d, d, device="cuda", generator=gen)
     cu = None
     if seqlens:
@@ -39,23 +41,44 @@ def inputs(case: dict) -> dict:
     return dict(q=q, k=k, v=v, g=g, beta=beta, state=state, cu=cu)
 
 
-def runner(peer: str, case: dict):
-    """A zero-argument callable running the peer's GDN forward on the row."""
-    x = inputs(case)
-    if peer == "fla":
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+def fla_runner(case: dict, x: dict):
+    """FLA's function for the row: its fused recurrence for decode, its chunked form otherwise."""
+    decode = case["tokens"] == 1 and not case["seqlens"]
+    cu = None if x["cu"] is None else x["cu"].long()
+    common = dict(initial_state=x["state"], output_final_state=True, cu_seqlens=cu)
+    if case["op"] == "gdn":
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as chunk, fused_recurrent_gated_delta_rule as step
+        args, extra = (x["q"], x["k"], x["v"]), dict(g=x["g"], beta=x["beta"])
+    elif case["op"] == "kda":
+        from fla.ops.kda import chunk_kda as chunk, fused_recurrent_kda as step
+        args, extra = (x["q"], x["k"], x["v"], x["g"], x["beta"]), {}
+    elif case["op"] == "gla":
+        from fla.ops.gla import chunk_gla as chunk, fused_recurrent_gla as step
+        args, extra = (x["q"], x["k"], x["v"]), dict(gk=x["g"])
+    else:
+        from fla.ops.delta_rule import chunk_delta_rule as chunk, fused_recurrent_delta_rule as step
+        args, extra = (x["q"], x["k"], x["v"], x["beta"]), {}
+    fn = step if decode else chunk
+    return lambda: fn(*args, **extra, **common)
 
-        fn = fused_recurrent_gated_delta_rule if case["tokens"] == 1 and not case["seqlens"] else chunk_gated_delta_rule
-        cu = None if x["cu"] is None else x["cu"].long()
-        return lambda: fn(x["q"], x["k"], x["v"], g=x["g"], beta=x["beta"], initial_state=x["state"],
-                          output_final_state=True, cu_seqlens=cu)
-    from tileops.linear_attention import GDNFwdOp
 
-    op = GDNFwdOp()
-    x["g"], x["beta"] = x["g"].to(x["q"].dtype), x["beta"].to(x["q"].dtype)  # it takes them in the token dtype
-    cu = None if x["cu"] is None else x["cu"].long()  # TileOPs 0.1.0 takes int64 offsets only
+def tileops_runner(case: dict, x: dict):
+    """The published TileOPs op of the row's family (the same API as ours), its gates and betas
+    in the token dtype as it takes them, int64 offsets."""
+    import tileops.linear_attention as peer
+
+    op = getattr(peer, {"gdn": "GDNFwdOp", "kda": "KDAFwdOp", "gla": "GLAFwdOp", "deltanet": "DeltaNetFwdOp"}[case["op"]])()
+    dt = x["q"].dtype
+    params = [p.to(dt) for p in (x["g"], x["beta"]) if p is not None]
+    cu = None if x["cu"] is None else x["cu"].long()
     cu_cpu = None if cu is None else cu.cpu()
-    return lambda: op(x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"], cu, cu_cpu)
+    return lambda: op(x["q"], x["k"], x["v"], *params, x["state"], cu, cu_cpu)
+
+
+def runner(peer: str, case: dict):
+    """A zero-argument callable running the peer's forward on the row."""
+    x = inputs(case)
+    return fla_runner(case, x) if peer == "fla" else tileops_runner(case, x)
 
 
 def main() -> None:

@@ -10,6 +10,10 @@ from tileops.cases import Case
 # Qwen3-Next / Qwen3.5 GDN layers: 16 query-key heads, 32 value heads, 128-wide state.
 _QWEN = dict(heads=16, value_heads=32, dim=128)
 _MIXED16 = (4096, 1024, 3072, 512, 2048, 2560, 1536, 768, 3584, 256, 2304, 1280, 2048, 2816, 1792, 3072)
+# Kimi Linear KDA layers: 32 heads, 128-wide state; 64 packed sequences of 128 to 1,024 tokens.
+_KIMI = dict(heads=32, value_heads=32, dim=128)
+_MIXED64 = tuple(128 + (i * 421) % 897 for i in range(64))
+_H16 = dict(heads=16, value_heads=16, dim=128)
 
 PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
     "qwen3-next": {
@@ -21,8 +25,13 @@ PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
         ),
     },
     "kimi-linear": {
-        "kda": (Case("kda", 4, 8192, heads=32, value_heads=32, dim=128),
-                Case("kda", 256, 1, heads=32, value_heads=32, dim=128)),
+        "kda": (Case("kda", 4, 8192, **_KIMI), Case("kda", 1, 32768, **_KIMI),
+                Case("kda", 1, sum(_MIXED64), seqlens=_MIXED64, **_KIMI), Case("kda", 256, 1, **_KIMI)),
+    },
+    # DeltaNet and GLA layers of 16 heads over a 128-wide state: the rows their speed bars name.
+    "h16": {
+        op: (Case(op, 4, 8192, **_H16), Case(op, 1, 32768, **_H16), Case(op, 256, 1, **_H16))
+        for op in ("deltanet", "gla")
     },
     "cpu-small": {
         op: (Case(op, 2, 256, heads=2, value_heads=4 if op in ("gdn", "kda") else 2, dim=32, dtype="float32"),
@@ -32,6 +41,7 @@ PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
 }
 
 DEFAULT_PRESET = {"cpu": "cpu-small"}
+GPU_PRESET = {"gdn": "qwen3-next", "kda": "kimi-linear", "deltanet": "h16", "gla": "h16"}
 _EXPLICIT = re.compile(r"^(?:B(?P<b>\d+)xT(?P<t>\d+)|varlen(?P<n>\d+)xT(?P<vt>\d+))xH(?P<h>\d+)(?:xHV(?P<hv>\d+))?$")
 
 
@@ -70,7 +80,7 @@ def preset_row(op: str, text: str) -> Case:
 def cases_for(op: str, arch: str, shapes: list[str], dim: int | None, dtype: str | None) -> list[Case]:
     """The cases of one op for the given preset names, preset rows (``preset:shape``) or explicit
     shapes (defaults per arch)."""
-    names = shapes or [DEFAULT_PRESET.get(arch, "qwen3-next" if op == "gdn" else "kimi-linear")]
+    names = shapes or [DEFAULT_PRESET.get(arch, GPU_PRESET[op])]
     out: list[Case] = []
     for name in names:
         if name in PRESETS:
