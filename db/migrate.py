@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
-from tileops.db.engine import display_url
+from tileops.db.engine import display_url, make_engine
 from tileops.db.errors import SchemaOutOfDate, StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -66,9 +66,43 @@ def wait_for_migration(engine: Engine) -> None:
             connection.execute(text(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"))
 
 
+# The tables of every revision, and the column each later revision adds to them: what dates a
+# database whose tables were made without Alembic's record of the revision (newest first).
+TABLES = ("tuning_runs", "trials", "winners")
+REVISION_MARKERS = (("0002", "tuning_runs", "heartbeat_at"),)
+
+
+def unrecorded_revision(engine: Engine, shown: str) -> Optional[str]:
+    """The revision of tileops tables that have no ``alembic_version`` beside them, or None when
+    there are none. ``StoreError`` when only some of them are there: no revision made those."""
+    inspector = inspect(engine)
+    present = set(TABLES) & set(inspector.get_table_names())
+    if not present:
+        return None
+    missing = sorted(set(TABLES) - present)
+    if missing:
+        raise StoreError(
+            f"{shown} has the tileops tables {', '.join(sorted(present))} but not {', '.join(missing)}, and no "
+            "record of its schema revision (no alembic_version table): no tileops schema looks like that; "
+            "drop or rename those tables, or use another database")
+    for revision, table, column in REVISION_MARKERS:
+        if column in {c["name"] for c in inspector.get_columns(table)}:
+            return revision
+    return "0001"
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate the database at ``url`` up to ``revision``."""
-    command.upgrade(alembic_config(url), revision)
+    """Migrate the database at ``url`` up to ``revision``. Tileops tables without a recorded
+    revision are first dated by their columns and that revision recorded (stamped)."""
+    config = alembic_config(url)
+    engine = make_engine(url)
+    try:
+        found = None if current_revision(engine) else unrecorded_revision(engine, display_url(url))
+    finally:
+        engine.dispose()
+    if found:
+        command.stamp(config, found)
+    command.upgrade(config, revision)
 
 
 def downgrade(url: str, revision: str) -> None:
@@ -97,8 +131,12 @@ def require_current(engine: Engine, url: Optional[str] = None) -> None:
         return
     shown = display_url(url) if url else engine.url.render_as_string(hide_password=True)
     if current is None:
+        if unrecorded_revision(engine, shown) is None:
+            raise SchemaOutOfDate(
+                f"{shown} has no tileops tables; create them with: tileops-db upgrade --db {shown}")
         raise SchemaOutOfDate(
-            f"{shown} has no tileops tables; create them with: tileops-db upgrade --db {shown}")
+            f"{shown} has tileops tables but no record of their schema revision (no alembic_version table); "
+            f"record it and migrate with: tileops-db upgrade --db {shown}")
     known = {script.revision for script in ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()}
     if current not in known:
         raise SchemaOutOfDate(

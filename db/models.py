@@ -87,7 +87,10 @@ class KeyColumns:
 
 
 class TuningRun(Base):
-    """One invocation of the tuner: where it ran, with which versions, and how it ended."""
+    """One invocation of the tuner: where it ran, with which versions, and how it ended.
+
+    ``heartbeat_at`` is refreshed while the tuner lives, so a run left ``running`` by a killed
+    tuner can be told from one still going (and is then marked interrupted)."""
 
     __tablename__ = "tuning_runs"
     __table_args__ = (_one_of("status", RUN_STATUSES, "ck_tuning_runs_status"),)
@@ -95,6 +98,7 @@ class TuningRun(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     started_at: Mapped[datetime] = mapped_column(UtcDateTime)
     finished_at: Mapped[Optional[datetime]] = mapped_column(UtcDateTime, nullable=True)
+    heartbeat_at: Mapped[Optional[datetime]] = mapped_column(UtcDateTime, nullable=True)
     arch: Mapped[str] = mapped_column(String(128))
     device_name: Mapped[str] = mapped_column(String(128))
     op_filter: Mapped[Optional[str]] = mapped_column(String(256), nullable=True)

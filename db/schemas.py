@@ -135,6 +135,7 @@ class RunRecord(BaseModel):
     id: Optional[int] = None
     started_at: UtcTime = Field(default_factory=utc_now)
     finished_at: Optional[UtcTime] = None
+    heartbeat_at: Optional[UtcTime] = None
     arch: Name
     device_name: Name
     op_filter: Optional[Annotated[str, StringConstraints(max_length=256)]] = None

@@ -8,11 +8,12 @@ tuning processes can share one file without losing rows.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -124,6 +125,7 @@ class TuningStore:
         """Record the start of a tuning run; returns its id for trials and ``finish_run``."""
         def work(session: Session) -> int:
             row = TuningRun(**_columns(record))
+            row.heartbeat_at = row.heartbeat_at or row.started_at
             session.add(row)
             session.flush()
             return row.id
@@ -142,6 +144,30 @@ class TuningStore:
             row.status, row.finished_at = status, utc_now()
 
         self._write(work)
+
+    def beat(self, run_id: int) -> None:
+        """Refresh a running run's heartbeat: it is alive now."""
+        self._write(lambda session: session.execute(
+            update(TuningRun).where(TuningRun.id == run_id).values(heartbeat_at=utc_now())))
+
+    def interrupt_stale_runs(self, lease_s: float) -> list[int]:
+        """Mark ``interrupted`` every run still ``running`` whose heartbeat (or, without one, its
+        start) is older than ``lease_s`` seconds: its tuner was killed. It finished at its last
+        heartbeat. Returns their ids."""
+        cutoff = utc_now() - timedelta(seconds=lease_s)
+        last_sign = func.coalesce(TuningRun.heartbeat_at, TuningRun.started_at)
+
+        def work(session: Session) -> list[int]:
+            rows = session.scalars(select(TuningRun).where(TuningRun.status == "running", last_sign < cutoff)).all()
+            for row in rows:
+                row.status, row.finished_at = "interrupted", row.heartbeat_at or row.started_at
+            return [row.id for row in rows]
+
+        return self._write(work)
+
+    def runs(self) -> list[RunRecord]:
+        """Every tuning run, oldest first."""
+        return self._read(select(TuningRun).order_by(TuningRun.id), RunRecord)
 
     def run(self, run_id: int) -> RunRecord:
         """One tuning run; KeyError when there is none with that id."""

@@ -16,6 +16,7 @@ from tileops.db.schemas import RunRecord, WinnerRecord
 from tileops.db.store import TuningStore
 from tileops.device import current_arch, current_device_name
 from tileops.cases import Case
+from tileops.tuner.heartbeat import LEASE_S, Heartbeat
 from tileops.tuner.known import known_configs
 from tileops.tuner.plan import plan
 from tileops.tuner.precompile import CompileOnlyWorker
@@ -103,10 +104,12 @@ def _compile_only(ops, arch, shapes, dim, dtype, trials, on_key) -> list[KeyResu
 
 def _run(ops, arch, device_name, shapes, dim, dtype, trials, store, storage, worker, on_key) -> list[KeyResult]:
     device = "cpu" if arch == "cpu" else "cuda"
+    store.interrupt_stale_runs(LEASE_S)
     run_id = store.start_run(RunRecord(arch=arch, device_name=device_name, op_filter=",".join(ops),
                                        host=platform.node() or "unknown", versions=versions()))
     results: list[KeyResult] = []
     status = "failed"
+    heartbeat = Heartbeat(store, run_id)
     try:
         for op in ops:
             for case in cases_for(op, arch, shapes, dim, dtype):
@@ -117,6 +120,7 @@ def _run(ops, arch, device_name, shapes, dim, dtype, trials, store, storage, wor
         status = "interrupted"
         raise
     finally:
+        heartbeat.stop()
         worker.close()
         store.finish_run(run_id, status)
     return results

@@ -13,6 +13,7 @@ import json
 import math
 import random
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Optional
 
@@ -26,19 +27,25 @@ from tileops.db.schemas import TrialRecord
 from tileops.db.store import TuningStore
 from tileops.kernels.base import KernelDef
 from tileops.tuner.evaluate import Job, Outcome
+from tileops.tuner.heartbeat import HEARTBEAT_S, LEASE_S
 from tileops.tuner.worker import CandidateWorker
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def open_storage(url: str, attempts: int = 6) -> optuna.storages.BaseStorage:
-    """An Optuna storage, retried while other workers are creating the same schema."""
+    """An Optuna storage, retried while other workers are creating the same schema. Its trials
+    beat while they run, so that one left RUNNING by a killed tuner fails once it has been silent
+    for the lease (Optuna checks when the study next runs a trial)."""
     if "://" not in url:
         return url
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(driver_url(url).render_as_string(hide_password=False),
-                                              engine_kwargs={"pool_pre_ping": True})
+            with warnings.catch_warnings():  # heartbeats are an experimental feature of Optuna's
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(driver_url(url).render_as_string(hide_password=False),
+                                                  engine_kwargs={"pool_pre_ping": True},
+                                                  heartbeat_interval=HEARTBEAT_S, grace_period=LEASE_S)
         except Exception:  # another worker created the tables between our check and our create
             if attempt == attempts - 1:
                 raise

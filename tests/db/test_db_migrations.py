@@ -16,7 +16,7 @@ from sqlalchemy.schema import CreateTable
 
 from tileops.db import migrate
 from tileops.db.engine import driver_url, make_engine
-from tileops.db.errors import DatabaseUnreadable, SchemaOutOfDate
+from tileops.db.errors import DatabaseUnreadable, SchemaOutOfDate, StoreError
 from tileops.db.models import Base
 from tileops.db.store import TuningStore
 
@@ -35,7 +35,9 @@ def test_upgrade_creates_the_schema_and_downgrade_removes_it(db_url):
     migrate.upgrade(db_url)
     assert tables(db_url) == TABLES
     engine = make_engine(db_url)
-    assert migrate.current_revision(engine) == migrate.head_revision() == "0001"
+    assert migrate.current_revision(engine) == migrate.head_revision() == "0002"
+    migrate.downgrade(db_url, "0001")
+    assert "heartbeat_at" not in {c["name"] for c in inspect(engine).get_columns("tuning_runs")}
     migrate.downgrade(db_url, "base")
     assert tables(db_url) == set()
     assert migrate.current_revision(engine) is None
@@ -54,10 +56,17 @@ def test_the_models_match_the_migrations(db_url):
 
 
 def table_columns(ddl: str) -> dict[str, set[str]]:
-    """The lines of each CREATE TABLE in ``ddl`` (columns and constraints), by table name."""
+    """The lines of each CREATE TABLE in ``ddl`` (columns and constraints), by table name, with
+    the columns that later ALTER TABLE ... ADD COLUMN statements add."""
     code = "\n".join(line for line in ddl.splitlines() if not line.startswith("--"))
-    statements = [s.strip() for s in code.split(";") if s.strip().startswith("CREATE TABLE")]
-    return {s.split()[2]: {line.strip().rstrip(",") for line in s.splitlines()[1:-1]} for s in statements}
+    statements = [s.strip() for s in code.split(";")]
+    tables = {s.split()[2]: {line.strip().rstrip(",") for line in s.splitlines()[1:-1]}
+              for s in statements if s.startswith("CREATE TABLE")}
+    for s in statements:
+        words = s.split()
+        if words[:2] == ["ALTER", "TABLE"] and words[3:5] == ["ADD", "COLUMN"]:
+            tables[words[2]].add(" ".join(words[5:]).removesuffix(" NULL"))
+    return tables
 
 
 @pytest.mark.parametrize("url", ["sqlite:///tuning.db", "postgresql://u@h/db", "mysql://u@h/db"])
@@ -105,9 +114,8 @@ def test_an_existing_database_without_the_schema_is_never_migrated_silently(db_u
     assert tables(db_url) == set()
 
 
-def test_an_older_revision_names_the_command_that_migrates_it(sqlite_url, monkeypatch):
-    migrate.upgrade(sqlite_url)
-    monkeypatch.setattr(migrate, "head_revision", lambda: "0002")
+def test_an_older_revision_names_the_command_that_migrates_it(sqlite_url):
+    migrate.upgrade(sqlite_url, "0001")
     with pytest.raises(SchemaOutOfDate) as raised:
         TuningStore(sqlite_url)
     message = str(raised.value)
@@ -140,3 +148,56 @@ def test_the_alembic_command_line_works_from_the_repository_root(tmp_path):
     from_env = run("upgrade", "head")  # no -x url: $TILEOPS_DB
     assert from_env.returncode == 0, from_env.stderr
     assert tables(f"sqlite:///{tmp_path / 'other.db'}") == TABLES
+
+
+def drop_alembic_record(url: str) -> None:
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE alembic_version"))
+    engine.dispose()
+
+
+@pytest.mark.parametrize("made_at", ["0001", "head"])
+def test_tables_without_a_recorded_revision_are_dated_stamped_and_migrated(db_url, made_at):
+    migrate.upgrade(db_url, made_at)
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO tuning_runs (started_at, arch, device_name, host, versions, status) "
+                                "VALUES ('2026-01-01 00:00:00', 'cpu', 'cpu', 'h', '{}', 'ok')"))
+    drop_alembic_record(db_url)
+    with pytest.raises(SchemaOutOfDate, match=r"has tileops tables but no record of their schema revision .*"
+                                              r"record it and migrate with: tileops-db upgrade --db "):
+        TuningStore(db_url)
+    migrate.upgrade(db_url)
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    assert "heartbeat_at" in {c["name"] for c in inspect(engine).get_columns("tuning_runs")}
+    engine.dispose()
+    with TuningStore(db_url) as store:
+        assert [run.arch for run in store.runs()] == ["cpu"]
+
+
+def test_the_upgrade_command_the_message_names_works(tmp_path):
+    path = tmp_path / "made_elsewhere.db"
+    engine = make_engine(f"sqlite:///{path}")
+    Base.metadata.create_all(engine)  # the schema, without Alembic's record of it
+    engine.dispose()
+    with pytest.raises(SchemaOutOfDate) as raised:
+        TuningStore(str(path))
+    command_line = str(raised.value).rsplit(": ", 1)[1].split()
+    assert command_line[:2] == ["tileops-db", "upgrade"]
+    done = subprocess.run([sys.executable, "-m", "tileops.cli.db", *command_line[1:]], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with TuningStore(str(path)) as store:
+        assert migrate.current_revision(store.engine) == migrate.head_revision()
+
+
+def test_some_tileops_tables_without_a_recorded_revision_are_refused_in_words(sqlite_url):
+    migrate.upgrade(sqlite_url)
+    engine = make_engine(sqlite_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE winners"))
+        connection.execute(text("DROP TABLE alembic_version"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="has the tileops tables trials, tuning_runs but not winners"):
+        migrate.upgrade(sqlite_url)
