@@ -35,3 +35,24 @@ def test_families_import_only_the_shared_layer_and_themselves():
 def test_the_shared_layer_imports_no_family():
     shared = {m: t for m, t in modules().items() if m.split(".")[2:3] and m.split(".")[2] in SHARED}
     assert shared and all(family(target) is None for targets in shared.values() for target in targets)
+
+
+def test_no_kernel_module_imports_itself_through_others():
+    graph = modules()
+    done, on_path, cycles = set(), [], []
+
+    def visit(module):
+        if module in on_path:
+            cycles.append(on_path[on_path.index(module):] + [module])
+            return
+        if module in done:
+            return
+        on_path.append(module)
+        for target in sorted(graph.get(module, set()) - {module}):  # a package naming its own modules
+            visit(target)
+        on_path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+    assert cycles == []
