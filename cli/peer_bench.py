@@ -1,22 +1,27 @@
 """Times a peer library (FLA or the published TileOPs) on benchmark rows, in its own process.
 
-Run from outside the project root with the peer on PYTHONPATH; the project root is appended to
-sys.path only to reuse the timing protocol. Prints one JSON object per row.
+Run from outside the project root with the peer on PYTHONPATH. The peer's package is also named
+``tileops``, so our timing protocol is loaded from its file, not imported through the package.
+Prints one JSON object per row.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import os
 import sys
 import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tileops.tuner.timing import time_cuda  # noqa: E402
+_TIMING = Path(__file__).resolve().parents[1] / "tuner" / "timing.py"
+_spec = importlib.util.spec_from_file_location("_tileops_timing", _TIMING)
+_timing = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_timing)
+time_cuda = _timing.time_cuda
 
 
 def inputs(case: dict) -> dict:

@@ -43,10 +43,30 @@ def test_each_kernel_is_its_programs_blocks_plans_and_launcher():
     assert "tileops.kernels.registry" not in prefill + decode
 
 
-def test_the_registered_hash_is_the_code_hash_of_name_schema_and_code():
-    kernel = get_kernel("tl.gdn_prefill")
-    schema = repr(sorted(kernel.config_model.model_json_schema().items()))
-    assert kernel.source_hash == code_hash(kernel.modules, kernel.name, schema)
+def test_the_config_space_is_in_the_hash_and_its_docstring_is_not():
+    from dataclasses import replace
+    from typing import Literal
+
+    from tileops.kernels.config import KernelConfig
+
+    class Space(KernelConfig):
+        """One docstring."""
+        block: Literal[32, 64] = 32
+
+    class Reworded(KernelConfig):
+        """Another docstring, other words."""
+        block: Literal[32, 64] = 32
+
+    class Wider(KernelConfig):
+        block: Literal[32, 64, 128] = 32
+
+    class OtherDefault(KernelConfig):
+        block: Literal[32, 64] = 64
+
+    kernel = replace(get_kernel("tl.gdn_decode"), config_model=Space)
+    hashes_of = {model: replace(kernel, config_model=model).source_hash for model in (Reworded, Wider, OtherDefault)}
+    assert hashes_of[Reworded] == kernel.source_hash
+    assert kernel.source_hash not in (hashes_of[Wider], hashes_of[OtherDefault])
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -92,3 +112,31 @@ def test_an_edit_to_what_a_kernel_generates_changes_its_hash_only(tree, module, 
     edit(tree, module, old, new)
     after = hashes(tree)
     assert {name for name in KERNELS if after[name] != before[name]} == changed
+
+
+def other_pythons() -> list[Path]:
+    """Interpreters of other Python versions installed beside this one (pyenv's layout)."""
+    import sys
+
+    versions = Path(sys.base_prefix).parent
+    return sorted(p for p in versions.glob("3.1[0-9]*/bin/python3") if not str(p).startswith(sys.base_prefix))
+
+
+def test_the_hash_is_the_same_on_every_python_version():
+    """ast.dump differs between Python versions (3.12 adds type_params, 3.13 drops empty fields);
+    the hash must not, or a row tuned under one Python is stale under another."""
+    import subprocess
+
+    pythons = other_pythons()
+    if not pythons:
+        pytest.skip("no other Python version is installed here")
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('code_hash', {str(ROOT / 'code_hash.py')!r})\n"
+            "m = sys.modules['code_hash'] = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(m)\n"
+            f"print(*(m.code_hash(r) for r in {sorted(ROOTS.values())!r}))\n")
+    here = " ".join(code_hash(r) for r in sorted(ROOTS.values()))
+    for python in pythons:
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-1000:]
+        assert done.stdout.split() == here.split(), python

@@ -41,11 +41,15 @@ class KernelDef:
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """The hash of the kernel's name, its config schema and its code as parsed (``code_hash``).
-        Imports that code too, the compiler with it, as dispatch's ``prepare`` expects of it."""
+        """The hash of the kernel's name, its config space (each knob's values and default) and its
+        code as parsed (``code_hash``): the same on every Python and pydantic version, so rows
+        tuned on one machine are fresh on another. Imports that code too, the compiler with it, as
+        dispatch's ``prepare`` expects of it."""
         for module in kernel_modules(self.modules):
             importlib.import_module(module)
-        return code_hash(self.modules, self.name, repr(sorted(self.config_model.model_json_schema().items())))
+        space = [(name, values, self.config_model.model_fields[name].default)
+                 for name, values in self.config_model.choices().items()]
+        return code_hash(self.modules, self.name, repr(space))
 
     def validate_config(self, data: Any, spec: Optional[CallSpec] = None) -> KernelConfig:
         """A config from JSON text, a dict or a model, checked against this kernel's schema.

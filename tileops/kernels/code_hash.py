@@ -69,10 +69,23 @@ def defined_name(statement: ast.stmt) -> str:
     return ",".join(ast.unparse(t) for t in targets if t is not None)
 
 
+def dump(node: object) -> str:
+    """A syntax tree as text, the same on every Python version: ``ast.dump`` is not (3.12 adds
+    ``type_params`` to every definition, 3.13 leaves out empty fields), so empty fields are left
+    out here on all of them."""
+    if isinstance(node, ast.AST):
+        fields = (f"{name}={dump(value)}" for name in node._fields
+                  if (value := getattr(node, name, None)) is not None and value != [])
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(dump(item) for item in node)}]"
+    return repr(node)
+
+
 def definitions(path: Path) -> list[tuple[str, str]]:
     """(name, dump) of every top-level statement of a module but its imports."""
     tree = without_strings(ast.parse(path.read_text(encoding="utf-8")))
-    return [(defined_name(s), ast.dump(s)) for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
+    return [(defined_name(s), dump(s)) for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
 
 
 def kernel_modules(roots: Iterable[str], root: Path = ROOT) -> list[str]:
