@@ -9,8 +9,8 @@
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
 #   tileops-tune --arch sm90 --op gdn --compile-only --trials 12   # the tuning run's candidates
 #   tileops-db warm --arch sm90                                    # the shipped winners
-#   python bench/compile_gpu_tests.py                              # the GPU tests' prefill builds
-#   python bench/gdn_prefill_dev.py --compile                      # the ab step's builds
+#   python bench/tools/compile_gpu_tests.py                              # the GPU tests' prefill builds
+#   python bench/studies/gdn_prefill_dev.py --compile                      # the ab step's builds
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
 # No install step there: the checkout is on PYTHONPATH (.device/setup.sh puts it there), and
@@ -32,7 +32,7 @@ if [ "$STEP" = ab ]; then
     # Every check case, then each benchmark shape under its default and the other layouts; on the
     # fused rows the walk's variants, the default timed again last (its spread is the noise band).
     unset TILEOPS_DB
-    timeout 540 python3 bench/gdn_prefill_dev.py 2>&1 | tee "$OUT/ab.log"
+    timeout 540 python3 bench/studies/gdn_prefill_dev.py 2>&1 | tee "$OUT/ab.log"
 fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     timeout 500 python3 -m tileops.cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
@@ -56,7 +56,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     run_group tests/tuner/test_tuned_default_agree.py &
     run_group tests/kernels/decode/test_decode_families_gpu.py &
     run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py &
-    timeout 400 python3 bench/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
+    timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT/prefill-errors.log"
     # One archive of the logs, so that few files come back.

@@ -154,7 +154,7 @@ def refuse(spec: CallSpec) -> Optional[str]:
     return None
 
 
-# Measured on the H200 (bf16, K = V = 128, 2026-11-30, ``bench/gdn_prefill_dev.py``): fused runs
+# Measured on the H200 (bf16, K = V = 128, 2026-11-30, ``bench/studies/gdn_prefill_dev.py``): fused runs
 # B8×T4096 HV32 (256 walks) in 0.63 ms against 0.83 for two passes and 16 mixed sequences in
 # 0.73 against 0.89, and loses B1×T32768 HV32 (32 walks: 2.45 ms against 1.45) and B4×T8192
 # HV16 (64 walks: 0.62 against 0.48): one CTA walks all 128 columns, so few walks leave SMs
@@ -178,7 +178,7 @@ def refuse(spec: CallSpec) -> Optional[str]:
 # by more than the 2% noise band (the matrix moves now lose: B8 0.525 against 0.477).
 #
 # With the walk unmasked (T' is zero past a sequence's end) and its V and output tiles in the
-# copy engine's swizzle (2026-12-01, evening, ``bench/gdn_prefill_dev.py``'s timing): B1 0.454,
+# copy engine's swizzle (2026-12-01, evening, ``bench/studies/gdn_prefill_dev.py``'s timing): B1 0.454,
 # B8 0.445, B4 0.247 and the 16 mixed sequences 0.446 ms with the same configs, against 0.490,
 # 0.477, 0.269 and 0.483 for the build before in the same run; the matrix moves still lose
 # (B8 0.488). The walk being faster, the fused calls now take three input stages, so that a

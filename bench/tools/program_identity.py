@@ -6,7 +6,7 @@ the code at ``--against`` (a git revision, in a throw-away worktree) and one on 
 generated CUDA and the TIR of its host side (grid, launch and argument checks). Prints one line
 per case and exits non-zero when any program differs or is missing on either side.
 
-    python bench/program_identity.py --against fecdce3 [--cases 0,3,7] [--keep DIR]
+    python bench/tools/program_identity.py --against fecdce3 [--cases 0,3,7] [--keep DIR]
 
 Needs no GPU and no nvcc: every program is lowered for {"kind": "cuda", "arch": "sm_90a"}. The
 calls travel to both trees as JSON (``jobs``), so the older tree needs only ``tileops.callspec``
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # (kernel, config overrides, call overrides): the layouts, tilings, walks and flags the kernels
 # take, each program variant at least once.

@@ -1,9 +1,9 @@
 """Where the fused GDN prefill kernel's warps stall, by warp role and by section, from Nsight Compute.
 
     ncu -k regex:fused --launch-count 1 --section WarpStateStats --section SourceCounters -o rep \\
-        python bench/gdn_prefill_dev.py --profile
+        python bench/studies/gdn_prefill_dev.py --profile
     ncu --import rep.ncu-rep --page source --csv --print-source sass > source.csv
-    python bench/fused_stalls.py source.csv [--min 0.5] [--also MOVM]
+    python bench/studies/fused_stalls.py source.csv [--min 0.5] [--also MOVM]
 
 The kernel's machine code holds the first-pass warpgroup's part, then, from the state
 warpgroups' register allocation (``USETMAXREG.TRY_ALLOC``) on, theirs. For each role this sums

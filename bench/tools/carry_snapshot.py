@@ -11,7 +11,7 @@ compares their generated CUDA and host code byte for byte (``program_identity``:
 identical the current hash. Rows whose programs differ stay stale: they need a re-tune on their
 GPU.
 
-    python bench/carry_snapshot.py --against HEAD [--arch sm90] [--dry-run]
+    python bench/tools/carry_snapshot.py --against HEAD [--arch sm90] [--dry-run]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def snapshot_path(arch: str) -> Path:

@@ -1,8 +1,8 @@
 """Device script for tl.gdn_prefill: correctness against the float64 reference, then timings.
 
-    python bench/gdn_prefill_dev.py --compile [--jobs N]   # fill TileLang's cache (works without a GPU)
-    python bench/gdn_prefill_dev.py [--only check|time] [--rows B1 B4] [--weak-decay]  # on the GPU
-    ncu ... python bench/gdn_prefill_dev.py --profile [CONFIG_JSON]  # one call of the second benchmark shape
+    python bench/studies/gdn_prefill_dev.py --compile [--jobs N]   # fill TileLang's cache (works without a GPU)
+    python bench/studies/gdn_prefill_dev.py [--only check|time] [--rows B1 B4] [--weak-decay]  # on the GPU
+    ncu ... python bench/studies/gdn_prefill_dev.py --profile [CONFIG_JSON]  # one call of the second benchmark shape
 
 Correctness: fresh random inputs per case, ‖out − ref‖ / ‖ref‖ on o and the final state against
 ``tileops.reference`` in float64. Timings: the four benchmark shapes (bf16, K = V = 128) with the
@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
 from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config  # noqa: E402

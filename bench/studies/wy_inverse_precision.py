@@ -12,7 +12,7 @@ Chunks: random unit keys with GDN-like gates, and every key the same (a run of o
 token), with and without decay, and with β up to 2 (negative eigenvalues allowed): there the
 powers of D grow large and cancel.
 
-    python bench/wy_inverse_precision.py [--chunks 50]
+    python bench/studies/wy_inverse_precision.py [--chunks 50]
 
 Prints the worst ‖T − T_exact‖ / ‖T_exact‖ of each method on each kind of chunk.
 """

@@ -6,7 +6,7 @@ their A operand from registers), the instructions by kind: shared loads and stor
 CTA barriers, waits for the tensor cores. Also reports the kernel's local-memory spills and its
 dynamic shared memory. Needs nvcc and cuobjdump (``pip install triton`` carries one).
 
-    python bench/fused_sass_counts.py [--jobs 2] [--variants "elementwise serial 3" ...]
+    python bench/studies/fused_sass_counts.py [--jobs 2] [--variants "elementwise serial 3" ...]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 VARIANTS = {
     "elementwise serial 2": dict(),

@@ -1,7 +1,7 @@
 """Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
 build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
 
-    python bench/compile_gpu_tests.py [--jobs N]
+    python bench/tools/compile_gpu_tests.py [--jobs N]
 
 The decode kernels compile in seconds and are left to the GPU machine.
 """
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
 
