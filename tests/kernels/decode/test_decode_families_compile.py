@@ -75,11 +75,10 @@ def test_kda_takes_half_precision_tokens_only_and_gla_and_deltanet_steps_take_fp
 
 
 @pytest.mark.parametrize("dim", [64, 128])
-@pytest.mark.parametrize("bits", range(1 << len(KDA_FLAGS)))
+@pytest.mark.parametrize("bits", [b for b in range(1 << len(KDA_FLAGS))  # allow_neg_eigval needs the sigmoid
+                                  if not (b >> 2 & 1 and not b >> 1 & 1)])
 def test_every_kda_flag_combination_has_a_decode_kernel(dim, bits):
     flags = {name: bool(bits >> i & 1) for i, name in enumerate(KDA_FLAGS)}
-    if flags["allow_neg_eigval"] and not flags["use_beta_sigmoid_in_kernel"]:
-        pytest.skip("KDAFwdOp refuses allow_neg_eigval without the sigmoid")
     for lower_bound in ((None, -5.0) if flags["use_gate_in_kernel"] else (None,)):
         spec = spec_for("kda", "KDAFwdOp", "decode", dim=dim, lower_bound=lower_bound, has_dt_bias=True, **flags)
         kernel = get_kernel("tl.kda_decode")
@@ -138,3 +137,43 @@ def test_kda_compiles_for_sm80():
     spec = spec_for("kda", "KDAFwdOp", "decode", arch="sm80")
     kernel = get_kernel("tl.kda_decode")
     assert launcher_of(kernel.build(kernel.default(spec), spec)).programs
+
+
+@pytest.mark.parametrize("entry,mode,rule,args,expected", [
+    ("DeltaNetFwdOp", "decode", ("none", True), ("q", "k", "v", "beta", "h0", "cu", "cu_cpu"),
+     ("q", "k", "v", None, "beta", "h0", None, None)),
+    ("GLAFwdOp", "decode", ("channel", False), ("q", "k", "v", "g", "h0", "cu", "cu_cpu"),
+     ("q", "k", "v", "g", None, "h0", None, None)),
+    ("KDAFwdOp", "decode", ("channel", True), ("q", "k", "v", "g", "beta", "h0", "cu", "cu_cpu", "A_log", "dt"),
+     ("q", "k", "v", "g", "beta", "h0", "A_log", "dt")),
+    ("DeltaNetRecurrentFwdOp", "step", ("none", True), ("q", "k", "v", "beta", "state"),
+     ("q", "k", "v", None, "beta", "state")),
+    ("GLARecurrentFwdOp", "step", ("channel", False), ("q", "k", "v", "gk", "state"),
+     ("q", "k", "v", "gk", None, "state")),
+])
+def test_each_ops_arguments_reach_the_step_in_place(entry, mode, rule, args, expected):
+    from tileops.kernels.decode_kernel import forward_order
+    from tileops.kernels.plans.decode_tile import DecodeRule
+
+    class Named:
+        """A stand-in tensor: indexing with [:, None] and flattening keep its name."""
+
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, index):
+            return self
+
+        def reshape(self, *shape):
+            return self
+
+    class Recorder:
+        def step(self, *received):
+            self.received = tuple(None if r is None else r.name for r in received)
+            return Named("o"), Named("state")
+
+    recorder = Recorder()
+    family = {"DeltaNet": "deltanet", "GLA": "gla", "KDA": "kda"}[entry.split("Fwd")[0].replace("Recurrent", "")]
+    launch = forward_order(recorder, spec_for(family, entry, mode), DecodeRule(*rule))
+    launch(*(Named(a) for a in args))
+    assert recorder.received == expected

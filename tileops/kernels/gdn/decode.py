@@ -12,5 +12,4 @@ from tileops.kernels.decode_kernel import register_decode
 from tileops.kernels.gdn.calls import HALF_DTYPES
 from tileops.kernels.plans.decode_tile import DELTA_SCALAR
 
-KERNEL = register_decode("tl.gdn_decode", "gdn", DELTA_SCALAR, ("decode",), HALF_DTYPES, None,
-                         "tileops.kernels.gdn.decode")
+KERNEL = register_decode("tl.gdn_decode", "gdn", DELTA_SCALAR, ("decode",), HALF_DTYPES, "tileops.kernels.gdn.decode")

@@ -10,20 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from tileops.callspec import CallSpec
 from tileops.kernels.decode_kernel import register_decode
 from tileops.kernels.plans.decode_tile import DecodeRule
 
 TOKEN_DTYPES = (torch.float16, torch.bfloat16)
 
-
-def adapt(launcher, spec: CallSpec):
-    """KDAFwdOp's forward arguments onto the shared step, dt_bias flattened to [HV·K]."""
-    def launch(q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None, A_log=None,
-               dt_bias=None):
-        return launcher.step(q, k, v, g, beta, initial_state, A_log, None if dt_bias is None else dt_bias.reshape(-1))
-    return launch
-
-
-KERNEL = register_decode("tl.kda_decode", "kda", DecodeRule("channel", True), ("decode",), TOKEN_DTYPES, adapt,
+KERNEL = register_decode("tl.kda_decode", "kda", DecodeRule("channel", True), ("decode",), TOKEN_DTYPES,
                          "tileops.kernels.kda.decode")
