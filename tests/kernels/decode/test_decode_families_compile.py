@@ -12,6 +12,7 @@ import torch
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.registry import get_kernel
 from tileops.targets import BUILTIN, kernel_names
+from tests.kernels.resources import assert_fits_an_sm, launch_smem
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="compiling needs nvcc")
 
@@ -112,6 +113,9 @@ def test_default_compiles_for_sm90a(name, case):
     kernel = get_kernel(name)
     launcher = launcher_of(kernel.build(kernel.default(spec), spec))
     assert len(launcher.programs) == 1  # the call's own variant, built ahead of its first call
+    if case.get("lower_bound") is not None:  # the heaviest variant: every transform in the kernel
+        (program,) = launcher.programs.values()
+        assert_fits_an_sm(program, launch_smem(program))
 
 
 @pytest.mark.parametrize("name,case", COMPILE_CASES[:1] + COMPILE_CASES[-2:])

