@@ -7,8 +7,9 @@ the user's back: opening it raises ``SchemaOutOfDate`` naming the command that m
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from alembic import command
 from alembic.config import Config
@@ -54,16 +55,29 @@ def take_migration_lock(connection: Connection) -> None:
             raise StoreError(f"another process has been migrating the database for {_MYSQL_LOCK_WAIT_S} s")
 
 
-def wait_for_migration(engine: Engine) -> None:
-    """Return once no other process is migrating the database.
+@contextlib.contextmanager
+def migration_turn(engine: Engine) -> Iterator[None]:
+    """Hold the turn to migrate while the body runs, so that no other process migrates meanwhile.
 
     MySQL and MariaDB show a migration's tables as they are made, so a schema still being made
-    must not be judged yet; elsewhere a migration is one transaction, seen whole or not at all.
+    must not be judged; elsewhere a migration is one transaction, seen whole or not at all, and
+    no turn is needed to judge it.
     """
-    if engine.dialect.name in _MYSQL:
-        with engine.connect() as connection:
-            take_migration_lock(connection)
+    if engine.dialect.name not in _MYSQL:
+        yield
+        return
+    with engine.connect() as connection:
+        take_migration_lock(connection)
+        try:
+            yield
+        finally:
             connection.execute(text(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"))
+
+
+def wait_for_migration(engine: Engine) -> None:
+    """Return once no other process is migrating the database."""
+    with migration_turn(engine):
+        pass
 
 
 # The tables of every revision, and the column each later revision adds to them: what dates a
@@ -97,7 +111,8 @@ def upgrade(url: str, revision: str = "head") -> None:
     config = alembic_config(url)
     engine = make_engine(url)
     try:
-        found = None if current_revision(engine) else unrecorded_revision(engine, display_url(url))
+        with migration_turn(engine):  # judged whole: another process may be making the tables
+            found = None if current_revision(engine) else unrecorded_revision(engine, display_url(url))
     finally:
         engine.dispose()
     if found:
