@@ -112,9 +112,11 @@ class DecodeLauncher:
         state = torch.empty((batch,) + self.state_dims, dtype=self.state_dtype, device=q.device)
         if batch == 0:
             return o, state
-        g, beta = (None if x is None else x.contiguous() for x in (g, beta))
-        g = beta if g is None else g
-        beta = g if beta is None else beta
+        if g is None:
+            g = beta
+        elif beta is None:
+            beta = g
+        g, beta = g.contiguous(), beta.contiguous()
         if self.gate_in_kernel:
             A_log = A_log.contiguous()
             dt_bias = A_log if dt_bias is None else dt_bias.contiguous()
