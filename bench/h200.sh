@@ -3,7 +3,7 @@
 # by side (ab), tune GDN into a fresh database, export the sm90 snapshot, run the GPU tests
 # (agreement of tuned and default configs included), benchmark against the peers, and measure cold
 # start and host overhead. Everything lands in $OUT (default ./h200-out).
-#   bash bench/h200.sh [ab|tune|test|bench|decode|cold|all] [trials]
+#   bash bench/h200.sh [ab|exact|tune|test|bench|decode|cold|all] [trials]
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
@@ -11,6 +11,7 @@
 #   tileops-db warm --arch sm90                                    # the shipped winners
 #   python bench/tools/compile_gpu_tests.py                              # the GPU tests' prefill builds
 #   python bench/studies/gdn_prefill_dev.py --compile                      # the ab step's builds
+#   python bench/studies/exact_pieces.py --compile                         # the exact step's builds
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
 # No install step there: the checkout is on PYTHONPATH (.device/setup.sh puts it there), and
@@ -34,6 +35,12 @@ if [ "$STEP" = ab ]; then
     unset TILEOPS_DB
     timeout 540 python3 bench/studies/gdn_prefill_dev.py 2>&1 | tee "$OUT/ab.log"
 fi
+if [ "$STEP" = exact ]; then
+    # Cut sequences under each gate kind: the warm-ups however far they reach, the shipped mix and
+    # the exact schedule on every piece, with their errors against float64.
+    unset TILEOPS_DB
+    timeout 300 python3 bench/studies/exact_pieces.py 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/exact.log"
+fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     timeout 500 python3 -m tileops.cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
     python3 -m tileops.cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
@@ -51,7 +58,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
     run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &
     run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k varlen &
-    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided" &
+    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided or exact or reset or a_log or offsets" &
     run_group tests/kernels/gdn/test_gdn_op_gpu.py &
     run_group tests/tuner/test_tuned_default_agree.py &
     run_group tests/kernels/decode/test_decode_families_gpu.py &

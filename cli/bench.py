@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from tileops.cli import wide_console
 from rich.table import Table
+
+from tileops.cases import GATE_KINDS
+from tileops.cli import wide_console
 
 app = typer.Typer(add_completion=False, help="Benchmark tileops against its peers.")
 console = wide_console()
@@ -77,6 +79,8 @@ def bench_rows(op: str, kind: str = "all") -> list:
 def main_command(
     op: str = typer.Option("gdn", help="Op family to benchmark: gdn, kda, deltanet or gla."),
     rows_kind: str = typer.Option("all", "--rows", help="all, prefill or decode rows."),
+    gates: str = typer.Option("benchmark", help="Gates every row draws: benchmark (about e^-0.1 a token), "
+                                                "weak (about -1e-3), mamba (Mamba's initialisation) or zero."),
     peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
                                              help="PYTHONPATH holding the peers (fla, tileops 0.1.0)."),
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
@@ -87,6 +91,8 @@ def main_command(
                                                 "cache, then after `tileops-db warm`."),
 ) -> None:
     """Time ours and the peers on the op's benchmark rows; print a table, write JSON and a plot."""
+    if gates not in GATE_KINDS:
+        raise typer.BadParameter(f"--gates takes {', '.join(GATE_KINDS)}, not {gates!r}", param_hint="--gates")
     if cold_start:
         from tileops.cli.cold_start import measure_cold_start
 
@@ -113,7 +119,7 @@ def main_command(
             raise typer.Exit(1)
         from tileops.cli.bench_run import bench
 
-        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout)
+        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout, gates)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     console.print(render(rows, op))

@@ -22,10 +22,10 @@ PEERS = ("fla", "tileops")
 PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")
 
 
-def time_ours(case: Case) -> dict:
+def time_ours(case: Case, gates: str = "benchmark") -> dict:
     """Our op on one row: first-call seconds (compile or cache load) and the median ms."""
     op = make_op(case)
-    args = make_inputs(case, seed=1)
+    args = make_inputs(case, seed=1, gates=gates)
     start = time.perf_counter()
     op(*args)
     torch.cuda.synchronize()
@@ -33,9 +33,11 @@ def time_ours(case: Case) -> dict:
     return {"ms": time_cuda(lambda: op(*args)).median_ms, "first_call_s": first_s}
 
 
-def time_peer(peer: str, cases: list[Case], pythonpath: str, timeout_s: float = 900) -> dict[str, dict]:
+def time_peer(peer: str, cases: list[Case], pythonpath: str, timeout_s: float = 900,
+              gates: str = "benchmark") -> dict[str, dict]:
     """One peer's results per row label, run as `python3 -P peer_bench.py` from a neutral folder."""
-    rows = [dict(asdict(c), label=c.label, seqlens=list(c.seqlens) if c.seqlens else None) for c in cases]
+    rows = [dict(asdict(c), label=c.label, seqlens=list(c.seqlens) if c.seqlens else None, gates=gates)
+            for c in cases]
     env = dict(os.environ, PYTHONPATH=pythonpath)
     command = [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows)]
     try:
@@ -55,13 +57,17 @@ def time_peer(peer: str, cases: list[Case], pythonpath: str, timeout_s: float = 
     return results
 
 
-def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 900) -> list[dict]:
-    """Every row: our time, each peer's, the work and the floor."""
-    ours = {c.label: time_ours(c) for c in cases}
-    peers = {p: time_peer(p, cases, peers_path, peer_timeout_s) for p in PEERS} if peers_path else {}
+def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 900,
+          gates: str = "benchmark") -> list[dict]:
+    """Every row, its gates drawn as ``gates`` says (``tileops.cases.log_decays``): our time, each
+    peer's, the work and the floor."""
+    ours = {c.label: time_ours(c, gates) for c in cases}
+    peers = {p: time_peer(p, cases, peers_path, peer_timeout_s, gates) for p in PEERS} if peers_path else {}
     out = []
     for c in cases:
-        row = {"label": c.label, "ours_ms": ours[c.label]["ms"], "first_call_s": ours[c.label]["first_call_s"],
+        label = c.label if gates == "benchmark" else f"{c.label} [{gates} gates]"
+        row = {"label": label, "gates": gates, "ours_ms": ours[c.label]["ms"],
+               "first_call_s": ours[c.label]["first_call_s"],
                "floor_ms": floor_ms(c), "gflop": flops(c) / 1e9, "state_mb": state_bytes(c) / 1e6}
         for p in peers:
             row[f"{p}_ms"] = peers[p].get(c.label, {}).get("ms")

@@ -17,16 +17,23 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-_TIMING = Path(__file__).resolve().parents[1] / "tuner" / "timing.py"
-_spec = importlib.util.spec_from_file_location("_tileops_timing", _TIMING)
-_timing = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_timing)
-time_cuda = _timing.time_cuda
+def _own(name: str, path: Path):
+    """One of our modules that imports nothing of the package, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_ROOT = Path(__file__).resolve().parents[1]
+time_cuda = _own("_tileops_timing", _ROOT / "tuner" / "timing.py").time_cuda
+log_decays = _own("_tileops_cases", _ROOT / "tileops" / "cases.py").log_decays
 
 
 def inputs(case: dict) -> dict:
     """Random inputs of a row's op (same distributions as ours): g per value head for GDN, per key
-    channel for KDA and GLA, none for DeltaNet; beta for the delta rule only."""
+    channel for KDA and GLA, none for DeltaNet, drawn as the row's ``gates`` say; beta for the
+    delta rule only."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     seqlens = case["seqlens"]
     b, t = (1, sum(seqlens)) if seqlens else (case["batch"], case["tokens"])
@@ -37,7 +44,9 @@ def inputs(case: dict) -> dict:
     k = F.normalize(torch.randn(b, t, h, d, device="cuda", generator=gen), dim=-1).to(dt)
     v = torch.randn(b, t, hv, d, device="cuda", generator=gen).to(dt)
     gate = {"gdn": ((b, t, hv), 8), "kda": ((b, t, hv, d), 8), "gla": ((b, t, h, d), 16)}.get(op)
-    g = None if gate is None else F.logsigmoid(torch.randn(*gate[0], device="cuda", generator=gen)) / gate[1]
+    g = None if gate is None else log_decays(
+        case.get("gates", "benchmark"), gate[0], lambda s: torch.randn(*s, device="cuda", generator=gen),
+        lambda s: torch.rand(*s, device="cuda", generator=gen), gate[1])
     beta = None if op == "gla" else torch.rand(b, t, hv, device="cuda", generator=gen) * 0.9 + 0.05
     state = 0.1 * torch.randn(n, hv, d, d, device="cuda", generator=gen)
     cu = None

@@ -1,12 +1,13 @@
 """Dispatch: from a call to a config to a compiled kernel, without database I/O on the hot path.
 
-``explain(op, *args)`` says which config a call will run and why; ``reset()`` forgets every cache
+``explain(op, *args)`` says which config a call will run and why (``explain_spec`` for a call
+described ahead, such as one on a GPU this machine lacks); ``reset()`` forgets every cache
 (after the tuning database changed in this process); ``end_warmup()`` marks the end of warm-up,
 after which a kernel built on the call path warns.
 """
 
 from tileops.dispatch.compile_cache import end_warmup
-from tileops.dispatch.explain import Explanation, explain
+from tileops.dispatch.explain import Explanation, explain, explain_spec
 
 
 def reset() -> None:
@@ -17,4 +18,4 @@ def reset() -> None:
     lookup.reset()
 
 
-__all__ = ["Explanation", "end_warmup", "explain", "reset"]
+__all__ = ["Explanation", "end_warmup", "explain", "explain_spec", "reset"]

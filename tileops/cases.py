@@ -11,6 +11,35 @@ from typing import Any, Optional
 import torch
 
 OP_CLASSES = {"deltanet": "DeltaNetFwdOp", "gdn": "GDNFwdOp", "kda": "KDAFwdOp", "gla": "GLAFwdOp"}
+# Log decays a benchmark or tuning call draws its gates from: what the kernels whose speed depends
+# on the gates are timed under. "benchmark": logsigmoid(N(0, 1)) / scale (about e^-0.1 a token for
+# GDN and KDA's scale 8: the state forgets within a few chunks); "weak": about -1e-3 a token;
+# "mamba": Mamba's initialisation, one rate per head (or per key channel), log-spaced from 1.6 to
+# 0.001, times softplus of a N(0, 1) step over softplus(0); "zero": no decay (DeltaNet's gate).
+GATE_KINDS = ("benchmark", "weak", "mamba", "zero")
+MAMBA_RATES = (1.6, 1e-3)
+
+
+def log_decays(kind: str, shape: tuple, randn, rand, scale: float) -> torch.Tensor:
+    """Log decays of ``shape`` [B, T, heads...] under gate kind ``kind``; ``randn`` and ``rand`` draw
+    normal and uniform tensors of a shape (the caller's generator and device). This module imports
+    nothing of the package, so a peer's process loads it by its file path."""
+    if kind == "benchmark":
+        return torch.nn.functional.logsigmoid(randn(shape)) / scale
+    if kind == "weak":
+        return -1e-3 * (0.5 + rand(shape))
+    if kind == "mamba":
+        lanes = 1
+        for n in shape[2:]:
+            lanes *= n
+        hi, lo = (torch.tensor(r, dtype=torch.float64).log() for r in MAMBA_RATES)
+        steps = torch.linspace(0.0, 1.0, lanes, dtype=torch.float64) if lanes > 1 else torch.zeros(1, dtype=torch.float64)
+        rates = (hi + (lo - hi) * steps).exp().reshape(shape[2:])
+        step = torch.nn.functional.softplus(randn(shape)) / torch.nn.functional.softplus(torch.zeros(()))
+        return -rates.to(step) * step
+    if kind == "zero":
+        return torch.zeros_like(rand(shape))
+    raise ValueError(f"gate kind {kind!r} is not one of {', '.join(GATE_KINDS)}")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tileops.linear_attention as la
-from tileops.cases import DTYPES, OP_CLASSES, Case
+from tileops.cases import DTYPES, OP_CLASSES, Case, log_decays
 
 
 def make_op(case: Case, target: Optional[str] = None) -> Any:
@@ -17,9 +17,10 @@ def make_op(case: Case, target: Optional[str] = None) -> Any:
     return getattr(la, OP_CLASSES[case.op])(**dict(case.flags), target=target)
 
 
-def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> tuple:
-    """Fresh random forward arguments for ``case`` (never zeros): keys normalised, decays
-    negative and moderate, betas in (0, 1), a random fp32 initial state."""
+def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gates: str = "benchmark") -> tuple:
+    """Fresh random forward arguments for ``case`` (never zeros but for zero gates): keys
+    normalised, decays drawn as ``gates`` says (``tileops.cases.log_decays``; the benchmarks'
+    moderate ones by default), betas in (0, 1), a random fp32 initial state."""
     gen = torch.Generator().manual_seed(seed)
     dtype = dtype or DTYPES[case.dtype]
     flags = dict(case.flags)
@@ -31,6 +32,12 @@ def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> t
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=gen, dtype=torch.float64)
+
+    def decays(shape: tuple, scale: float) -> torch.Tensor:
+        return log_decays(gates, shape, lambda s: randn(*s), lambda s: rand(*s), scale)
+
     q = randn(b, t, h, d)
     k = F.normalize(randn(b, t, h, d), dim=-1)
     v = randn(b, t, hv, d)
@@ -39,14 +46,14 @@ def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None) -> t
     if case.seqlens:
         cu = torch.tensor([0] + list(case.seqlens), dtype=torch.int64).cumsum(0).to(torch.int32)
     if case.op == "gla":
-        g = F.logsigmoid(randn(b, t, h, d)) / 16
+        g = decays((b, t, h, d), 16.0)
         args = [q, k, v, g]
     else:
         beta = torch.rand(b, t, hv, generator=gen, dtype=torch.float64) * 0.9 + 0.05
         if flags.get("use_beta_sigmoid_in_kernel"):
             beta = randn(b, t, hv)
         gate_shape = (b, t, hv, d) if case.op == "kda" else (b, t, hv)
-        g = F.logsigmoid(randn(*gate_shape)) / 8 if case.op != "deltanet" else None
+        g = decays(gate_shape, 8.0) if case.op != "deltanet" else None
         args = [q, k, v] + ([g] if g is not None else []) + [beta]
     extras = [state, cu, None if cu is None else cu.clone()]
     if case.op in ("gdn", "kda"):

@@ -25,7 +25,7 @@ def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
     from tests.kernels.gdn.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, WIDE_LAYOUTS, WIDE_LENGTHS,
                                             call_spec, layout_config)
-    from tileops.kernels.gdn.prefill import fused_config
+    from tileops.kernels.gdn.prefill import default, fused_config
 
     specs = []
     for case in CASES:
@@ -49,6 +49,17 @@ def prefill_jobs() -> list[tuple]:
             spec = call_spec(mode=mode, dtype=dtype, heads=H, value_heads=HV, dim=D, batch=batch, tokens=tokens,
                              device_name=DEVICE_NAME, **case)
             jobs.append((fused_config(D, piece_chunks=16), spec))
+    few = call_spec(mode="prefill", dtype=torch.bfloat16, heads=16, value_heads=32, dim=128, batch=1, tokens=32768,
+                    device_name=DEVICE_NAME)  # the exact schedule under the default
+    jobs.append((default(few), few))
+    small = dict(dtype=torch.bfloat16, heads=2, value_heads=4, dim=64, device_name=DEVICE_NAME)
+    resets = call_spec(mode="prefill", batch=2, tokens=2500, **small)  # a full reset in every program
+    jobs += [(layout_config(layout, resets), resets) for layout in ("default", "value", "fused", "fused-pieces")]
+    gate = call_spec(mode="prefill", batch=1, tokens=2500, use_gate_in_kernel=True, **small)  # a huge A_log
+    jobs += [(config, gate) for config in (default(gate), fused_config(64), fused_config(64, piece_chunks=16))]
+    offsets = call_spec(mode="varlen", batch=3, tokens=1005, **small)  # wrong device offsets
+    jobs += [(layout_config(layout, offsets), offsets) for layout in ("default", "key", "value", "fused",
+                                                                      "fused-pieces")]
     return jobs
 
 

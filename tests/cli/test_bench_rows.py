@@ -25,3 +25,41 @@ def test_kdas_rows_are_the_ones_its_speed_bars_name():
 def test_an_unknown_row_kind_is_refused_by_name():
     with pytest.raises(typer.BadParameter, match="--rows"):
         bench_rows("gdn", "both")
+
+
+def test_gate_kinds_draw_the_decays_their_names_say(rng):
+    import torch
+
+    from tileops.cases import GATE_KINDS, MAMBA_RATES, log_decays
+    from tileops.cases import Case
+    from tileops.tuner.cases import make_inputs
+
+    def randn(shape):
+        return torch.randn(*shape, generator=rng, dtype=torch.float64)
+
+    def rand(shape):
+        return torch.rand(*shape, generator=rng, dtype=torch.float64)
+    shape = (2, 4000, 16)
+    draws = {kind: log_decays(kind, shape, randn, rand, 8.0) for kind in GATE_KINDS}
+    assert all(d.shape == shape and (d <= 0).all() for d in draws.values())
+    assert -0.12 < draws["benchmark"].mean() < -0.08  # about e^-0.1 a token
+    assert -1.1e-3 < draws["weak"].mean() < -0.9e-3 and draws["weak"].min() >= -1.5e-3
+    assert (draws["zero"] == 0).all()
+    rates = -draws["mamba"].mean((0, 1)) / (torch.nn.functional.softplus(randn((10 ** 6,))).mean() / 0.6931)
+    assert torch.allclose(rates[[0, -1]], torch.tensor(MAMBA_RATES, dtype=torch.float64), rtol=0.05)
+    assert (rates[1:] < rates[:-1]).all()  # one rate per head, log-spaced down the heads
+    # The tuner's and the benchmark's inputs draw their gates from it, the benchmark's by default.
+    case = Case("gdn", 1, 300, 2, 4, 16, "float32")
+    assert torch.equal(make_inputs(case, seed=3)[3], make_inputs(case, seed=3, gates="benchmark")[3])
+    assert (make_inputs(case, seed=3, gates="zero")[3] == 0).all()
+    with pytest.raises(ValueError, match="gate kind 'strong' is not one of benchmark, weak, mamba, zero"):
+        log_decays("strong", shape, randn, rand, 8.0)
+
+
+def test_the_benchmark_refuses_an_unknown_gate_kind_by_name():
+    from typer.testing import CliRunner
+
+    from tileops.cli.bench import app
+
+    result = CliRunner().invoke(app, ["--gates", "strong"])
+    assert result.exit_code != 0 and "--gates takes benchmark, weak, mamba, zero" in result.output

@@ -10,9 +10,10 @@ Layout (the shared layer never imports a family; families import only the shared
   ``walk_moves``, ``chunk_loads``, ``state_io`` and ``entry`` (one kernel entry for equal-length,
   packed and pieces calls)
 - ``programs/``: whole programs composed from the blocks (``chunk_prep``, ``chain_key``,
-  ``chain_value``, ``chunk_fused``, ``warm_start``, ``decode``)
+  ``chain_value``, ``chunk_fused`` (also the pieces' summaries), ``warm_start``,
+  ``piece_entries``, ``decode``)
 - ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
-  ``packing``, ``decode_tile``
+  ``entries`` (the exact schedule of cut sequences), ``packing``, ``decode_tile``
 - ``launch/``: compiling a config's programs for a call and launching them
 - ``decode_kernel``: one family's decode kernel from the shared decode pieces
 - ``base`` (``KernelDef``), ``config`` (``KernelConfig``), ``registry``, ``code_hash`` (the
@@ -25,7 +26,8 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   recurrence, ``chunk``: the chunked form) with the gate in ``reference/transforms.gdn_gate``,
   served on CPU by ``reference_kernels``; kernels
   ``gdn/prefill.py`` (``tl.gdn_prefill``: ``programs.chunk_prep`` + ``chain_key`` /
-  ``chain_value``, or ``chunk_fused`` with ``warm_start``) and ``gdn/decode.py``
+  ``chain_value``, or ``chunk_fused``; cut into pieces, with ``warm_start`` and the exact
+  schedule of ``plans.entries``) and ``gdn/decode.py``
   (``tl.gdn_decode``: ``programs.decode`` through ``decode_kernel``). In each: the config space
   (``GDNPrefillConfig``; the shared ``DecodeConfig``), its constraints (``tile_problem``),
   refusals (``refuse``), ``default`` and the ``register`` call. Tuning key: ``tileops.dispatch.key.key_for`` (kernel name, arch,

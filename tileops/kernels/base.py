@@ -28,6 +28,8 @@ class KernelDef:
     - ``modules`` are the modules that register and build the kernel; with every kernel module
       they import they make its code, whose hash (``code_hash``) marks rows of the tuning
       database made with other code as stale.
+    - ``plan(config, spec)``, where given, says in words how the config runs the call (what
+      ``dispatch.explain`` prints).
     """
 
     name: str
@@ -38,6 +40,7 @@ class KernelDef:
     refuse: Callable[[CallSpec], Optional[str]]
     default: Callable[[CallSpec], KernelConfig]
     modules: tuple[str, ...] = field(default=())
+    plan: Optional[Callable[[KernelConfig, CallSpec], str]] = None
 
     @functools.cached_property
     def source_hash(self) -> str:

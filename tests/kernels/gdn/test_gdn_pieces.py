@@ -90,3 +90,20 @@ def test_piece_width_fills_the_sms_with_few_cuts():
         assert walks * -(-chunks // width) > walks  # more CTAs than uncut walks
         assert -(-chunks // width) * walks <= 4 * SMS * -(-walks // SMS)  # within a few waves
     assert piece_width(SMS, 64, SMS) in GDNPrefillConfig.choices()["piece_chunks"]
+
+
+def test_explain_says_how_few_long_sequences_run_whatever_the_gates():
+    # B1 x T32768 at HV32 on an H200, its gates about -1e-3 a token: the explanation names the cut
+    # into pieces and the exact entries that serve such gates (decided on the device per piece).
+    from tileops import dispatch
+    from tileops.cases import Case
+    from tileops.tuner.cases import make_inputs, spec_for_arch
+
+    case = Case("gdn", 1, 32768, 16, 32, 128)
+    assert -1.1e-3 < make_inputs(case.smallest(), seed=0, gates="weak")[3].mean() < -0.9e-3
+    explanation = dispatch.explain_spec("GDNFwdOp", None, spec_for_arch(case, "sm90", "NVIDIA H200"))
+    assert explanation.kernel == "tl.gdn_prefill" and explanation.config["piece_chunks"] == 128
+    text = str(explanation)
+    assert "plan:   one fused kernel over pieces of at most 128 chunks" in text
+    assert "32 (sequence, value head) walks for 132 SMs" in text
+    assert "from its exact entry state" in text and "bounded whatever the gates" in text

@@ -231,14 +231,34 @@ def test_value_major_chain_with_paired_waits_compiles_within_the_sms_budgets():
 
 
 @needs_nvcc
-def test_pieces_compile_with_their_warm_start():
+def test_pieces_compile_with_their_warm_start_and_exact_schedule():
     from tileops.kernels.launch.chunked import PrefillLauncher
 
     call = spec(batch=1, tokens=32768)
     config = default(call)
     assert config.fused and config.piece_chunks  # one long sequence is cut into pieces
     launcher = PrefillLauncher(config, call)
-    assert launcher.warm_start is not None and runtime_dims(launcher.warm_start)
-    assert_fits_an_sm(launcher.warm_start, launch_smem(launcher.warm_start))
+    for program in (launcher.warm_start, launcher.summary, launcher.piece_entries):
+        assert runtime_dims(program)  # lengths, pieces and jobs are run-time values
+        assert_fits_an_sm(program, launch_smem(program))
     whole = PrefillLauncher(fused_config(128), spec(batch=8))
-    assert whole.warm_start is None and whole.fused is not launcher.fused
+    assert whole.warm_start is None and whole.summary is None and whole.fused is not launcher.fused
+
+
+@needs_nvcc
+@pytest.mark.parametrize("call", [
+    spec(mode="varlen", dtype=torch.float16, heads=2, value_heads=4, dim=64, state_v_first=True,
+         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+         allow_neg_eigval=True),
+    spec(heads=4, value_heads=8, state_v_first=True),
+], ids=["fp16-varlen-k64-every-transform", "bf16-k128-value-first"])
+def test_the_exact_schedule_compiles_for_every_width_layout_and_transform(call):
+    from tileops.kernels.launch.chunked_programs import compile_piece_entries, compile_summary
+
+    config = fused_config(call.dim_v, walk_moves="tma-output", stages=3, piece_chunks=16)
+    get_kernel("tl.gdn_prefill").validate_config(config, call)
+    summary = compile_summary(config, call)
+    usage = assert_fits_an_sm(summary, launch_smem(summary))
+    assert launch_smem(summary) < fused_smem_bytes(call.dim_k, call.dtype.itemsize, 3, "tma-output")  # no q, M or output
+    entries = compile_piece_entries(call)
+    assert assert_fits_an_sm(entries, launch_smem(entries)).spilled == 0 and usage.spilled == 0

@@ -178,9 +178,12 @@ def test_strided_inputs_from_one_projection():
     assert rel(o, ro) < TOL and rel(ht, rh) < TOL
 
 
-def warm_begin_expected(k, g, beta, plan_rows, l2norm):
-    """Per (piece, value head) of ``plan_rows`` ((start, first) pairs): where ``warm_start`` should
-    begin, from the bound computed in float64 on the host, and how close the bound came to the cut."""
+def warm_begin_expected(k, g, beta, plan, l2norm, sequences):
+    """Per (piece, value head) of ``plan``: where ``warm_start`` should begin and the row it should
+    start from, from the bound computed in float64 on the host (a piece whose warm-up would reach
+    back more than WARM_REACH chunks: its own start and entry row N + p), and how close the bound
+    came to the cut."""
+    from tileops.kernels.plans.entries import WARM_REACH
     from tileops.kernels.programs.warm_start import FORGOTTEN
 
     HV = g.shape[1]
@@ -188,27 +191,30 @@ def warm_begin_expected(k, g, beta, plan_rows, l2norm):
     squares = torch.ones_like(g, dtype=torch.float64) if l2norm else (
         k.double().pow(2).sum(-1).repeat_interleave(group, dim=1))
     a = g.double() + torch.log((1 - beta.double() * squares).abs()).clamp(min=0)
-    begins, margin = [], float("inf")
-    for start, first in plan_rows:
-        row = []
+    begins, rows, margin = [], [], float("inf")
+    for p, (start, first, seq) in enumerate(zip(plan.start.tolist(), plan.first.tolist(), plan.seq.tolist())):
+        begin_row, row_row = [], []
         for hv in range(HV):
             bound, at = 0.0, start
-            while at > first:
+            while at > first and (start - at) // 64 < WARM_REACH:
                 bound += float(a[at - 64:at, hv].sum())
                 at -= 64
                 if bound < FORGOTTEN:
                     break
             margin = min(margin, abs(bound - FORGOTTEN))
-            row.append(at)
-        begins.append(row)
-    return torch.tensor(begins, dtype=torch.int32), margin
+            exact = at > first and bound >= FORGOTTEN
+            begin_row.append(start if exact else at)
+            row_row.append(sequences + p if exact else (seq if at == first else -1))
+        begins.append(begin_row)
+        rows.append(row_row)
+    return torch.tensor(begins, dtype=torch.int32), torch.tensor(rows, dtype=torch.int32), margin
 
 
 @pytest.mark.parametrize("decay, l2norm, beta_max, walked", [
     (0.08, True, 1.0, "short"),  # real decays: a few chunks of warm-up
-    (0.002, True, 1.0, "whole"),  # weak ones: back to the sequence's start
+    (0.002, True, 1.0, "exact"),  # weak ones: beyond the reach, the exact entry
     (0.08, False, 1.0, None),  # keys of norm about 1.4: the bound's key term now and then
-    (0.08, False, 2.0, "whole"),  # steps that stretch the state: the key term outgrows the decay
+    (0.08, False, 2.0, "exact"),  # steps that stretch the state: the key term outgrows the decay
 ])
 def test_warm_start_stops_where_the_bound_drops_below_fp32_roundoff(decay, l2norm, beta_max, walked):
     from tileops.kernels.plans.pieces import host_plan
@@ -226,15 +232,15 @@ def test_warm_start_stops_where_the_bound_drops_below_fp32_roundoff(decay, l2nor
     init_row = torch.empty_like(begin)
     no_gate = torch.zeros(HV, device="cuda")
     compile_warm_start(fused_config(D, piece_chunks=16), spec)(k, g, beta, no_gate, no_gate, plan.start, plan.first,
-                                                              plan.seq, 1, begin, init_row)
-    expected, margin = warm_begin_expected(k, g, beta, list(zip(plan.start.tolist(), plan.first.tolist())), l2norm)
+                                                              plan.seq, 1, 1, begin, init_row)
+    expected, rows, margin = warm_begin_expected(k, g, beta, plan, l2norm, 1)
     assert margin > 1e-3  # no cut so close to the threshold that fp32 and float64 could disagree
-    assert torch.equal(begin.cpu(), expected)
-    assert torch.equal(init_row.cpu(), torch.where(expected == 0, 0, -1).to(torch.int32))
+    assert torch.equal(begin.cpu(), expected) and torch.equal(init_row.cpu(), rows)
+    later = plan.start.cpu() > plan.first.cpu()
     if walked == "short":
-        assert (plan.start.cpu()[1:, None] - expected[1:]).max() <= 8 * 64
-    elif walked == "whole":
-        assert torch.equal(expected, torch.zeros_like(expected))
+        assert (plan.start.cpu()[later, None] - expected[later]).max() <= 8 * 64 and (rows < 1).all()
+    elif walked == "exact":
+        assert (rows[later] >= 1).all()
 
 
 PIECE_CASES = [
@@ -247,12 +253,24 @@ PIECE_CASES = [
 PIECE_LENGTHS = (3000, 77, 1100, 0, 1024)  # the packed half of the test: two sequences cut, three whole
 
 
+def gates_of(decay, g, a_log, dtype):
+    """The test's gates under ``decay``: as drawn ("real": a few chunks' warm-up), 100x weaker (the
+    exact entries), or none at all; an in-kernel gate's A_log moved to match."""
+    if decay == "weak":
+        g = (g.float() * 0.01).to(dtype)
+        a_log = None if a_log is None else a_log - 4.0
+    elif decay == "zero":
+        g = torch.zeros_like(g) if a_log is None else g
+        a_log = None if a_log is None else torch.full_like(a_log, -100.0)  # e^-100 times softplus: no decay
+    return g, a_log
+
+
 @pytest.mark.parametrize("case", PIECE_CASES)
-@pytest.mark.parametrize("decay", ["real", "weak"])
+@pytest.mark.parametrize("decay", ["real", "weak", "zero"])
 def test_pieces_of_long_sequences_match_the_reference(case, decay):
-    """Sequences cut into pieces of 16 chunks, each from its warm-up's state: under real decays the
-    warm-up is a few chunks, under weak ones it walks back to the sequence's start (and its initial
-    state); equal lengths with an initial state, then packed lengths with and without host offsets."""
+    """Sequences cut into pieces of 16 chunks: under real decays each starts after a warm-up of a
+    few chunks, under weak or no decays from its entry state by the exact schedule; equal lengths
+    with an initial state, then packed lengths with and without host offsets."""
     from tileops.kernels.launch.chunked import PrefillLauncher
 
     case = dict(case)
@@ -263,10 +281,7 @@ def test_pieces_of_long_sequences_match_the_reference(case, decay):
     gen = torch.Generator(device="cuda").manual_seed(11)
     flags = dict(logits=spec.flag("use_beta_sigmoid_in_kernel"), gate=spec.flag("use_gate_in_kernel"))
     toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=B, init=True, **flags)
-    if decay == "weak":
-        toks[3] = (toks[3].float() * 0.01).to(dtype)
-        if a_log is not None:
-            a_log = a_log - 4.0
+    toks[3], a_log = gates_of(decay, toks[3], a_log, dtype)
     o, ht = PrefillLauncher(config, spec)(*toks, h0, None, None, a_log, dt_bias)
     ro, rh = reference(*toks, h0, a_log, dt_bias, None, spec)
     assert rel(o, ro) < TOL and rel(ht, rh) < TOL
@@ -275,9 +290,87 @@ def test_pieces_of_long_sequences_match_the_reference(case, decay):
     varlen = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=len(lengths),
                        tokens=sum(lengths), **case)
     launch = PrefillLauncher(config, varlen)
-    toks, h0, a_log, dt_bias = inputs(gen, 1, sum(lengths), H, HV, D, dtype, n=len(lengths), init=True, **flags)
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    ro, rh = reference(*toks, h0, a_log, dt_bias, cu, varlen)
-    for host in (cu.cpu(), None):  # without host offsets the sequences are walked whole
-        o, ht = launch(*toks, h0, cu, host, a_log, dt_bias)
+    for init in (True, False):
+        toks, h0, a_log, dt_bias = inputs(gen, 1, sum(lengths), H, HV, D, dtype, n=len(lengths), init=init,
+                                          **flags)
+        toks[3], a_log = gates_of(decay, toks[3], a_log, dtype)
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        ro, rh = reference(*toks, h0, a_log, dt_bias, cu, varlen)
+        for host in (cu.cpu(), None):  # without host offsets the sequences are walked whole
+            o, ht = launch(*toks, h0, cu, host, a_log, dt_bias)
+            assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+def test_the_exact_schedule_serves_few_long_sequences_by_default():
+    # B1 x T32768 at HV32 (the benchmark's few-long-sequences row): the default cuts it into
+    # pieces, and under gates that barely decay the pieces start from exact entries.
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    H, HV, D, T, dtype = 16, 32, 128, 32768, torch.bfloat16
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=1, tokens=T)
+    config = default(spec)
+    assert config.fused and config.piece_chunks
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=1, init=True, logits=False, gate=False)
+    toks[3] = torch.full_like(toks[3], -1e-3)
+    o, ht = PrefillLauncher(config, spec)(*toks, h0, None, None, None, None)
+    ro, rh = reference(*toks, h0, None, None, None, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+@pytest.mark.parametrize("layout", ["default", "value", "fused", "fused-pieces"])
+def test_a_full_reset_is_exact_in_every_prefill_program(layout):
+    # A log decay of -inf (a full reset) at a chunk's first token, inside a chunk and at a piece's
+    # first token, in equal and packed calls: every output finite and as the reference's.
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    H, HV, D, dtype, T = 2, 4, 64, torch.bfloat16, 2500
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=2, tokens=T)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    toks, h0, _, _ = inputs(gen, 2, T, H, HV, D, dtype, n=2, init=True, logits=False, gate=False)
+    for t in (0, 5, 64, 1024, 1030, T - 1):
+        toks[3][:, t, ::2] = float("-inf")
+    o, ht = launch(*toks, h0, None, None, None, None)
+    ro, rh = reference(*toks, h0, None, None, None, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+def test_huge_a_log_in_the_kernels_gate_is_a_reset_not_nan():
+    # exp(A_log) overflows fp32 from A_log = 89: the in-kernel gate then forgets the state (or,
+    # where softplus underflows, keeps it), never NaN.
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    H, HV, D, dtype, T = 2, 4, 64, torch.bfloat16, 2500
+    spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=1, tokens=T,
+                     use_gate_in_kernel=True)
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    toks, h0, a_log, dt_bias = inputs(gen, 1, T, H, HV, D, dtype, n=1, init=True, logits=False, gate=True)
+    a_log = torch.tensor([89.0, 120.0, 0.0, -3.0], device="cuda")
+    toks[3][0, ::7, 1] = -200.0  # softplus underflows: e^A_log times 0
+    for config in (default(spec), fused_config(D), fused_config(D, piece_chunks=16)):
+        o, ht = PrefillLauncher(config, spec)(*toks, h0, None, None, a_log, dt_bias)
+        ro, rh = reference(*toks, h0, a_log, dt_bias, None, spec)
         assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
+@pytest.mark.parametrize("layout", ["default", "key", "value", "fused", "fused-pieces"])
+def test_wrong_device_offsets_stay_inside_the_tensors(layout):
+    # Offsets on the device that contradict the tokens (past the end, negative, decreasing) are
+    # not checked without a host sync; the kernels clamp them: the call completes, and the next
+    # call with true offsets is right (a write out of bounds would have faulted the context).
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    H, HV, D, dtype, lengths = 2, 4, 64, torch.bfloat16, (300, 5, 700)
+    T = sum(lengths)
+    spec = call_spec(mode="varlen", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=len(lengths), tokens=T)
+    launch = PrefillLauncher(layout_config(layout, spec), spec)
+    gen = torch.Generator(device="cuda").manual_seed(19)
+    toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=len(lengths), init=True, logits=False, gate=False)
+    for wrong in ([0, 5000, -7, 1000], [-100, 900, 200, 1 << 30], [T, 0, T, 3]):
+        launch(*toks, h0, torch.tensor(wrong, dtype=torch.int32, device="cuda"), None, None, None)
+        torch.cuda.synchronize()
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    o, ht = launch(*toks, h0, cu, None, None, None)
+    ro, rh = reference(*toks, h0, None, None, cu, spec)
+    assert rel(o, ro) < TOL and rel(ht, rh) < TOL

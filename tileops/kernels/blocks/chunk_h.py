@@ -20,7 +20,7 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
-              moves: str = "elementwise", issue: str = "serial", masked: bool = True):
+              moves: str = "elementwise", issue: str = "serial", masked: bool = True, outputs: bool = True):
     """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
     the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
@@ -59,6 +59,10 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         """``value`` of token column j: zero outside lo..hi when the walk masks."""
         return T.if_then_else(T.And(lo <= j, j < hi), value, 0.0) if masked else value
 
+    def values(v, with_v):
+        """A V element, or 0 where ``with_v`` is false (the summary step only)."""
+        return v if outputs else T.if_then_else(with_v, v, 0.0)
+
     @T.macro
     def fence(c):
         """No read of accumulator ``c`` moves above the wait before it (each thread holds half a row
@@ -79,13 +83,13 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             T.gemm(a2, b2, c2, transpose_B=transpose2, clear_accum=clear, policy=ROWS)
 
     @T.macro
-    def build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi):
+    def build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi, with_v):
         """Xᵀ = Vᵀ − (Sᵀ Kᵀ) diag(f_x), the A operand of Xᵀ T'ᵀ."""
         if matrix:
             x_operand(x_a, ks_f, v_s, f_s, s, so, T.get_thread_binding())
         else:
             for i, j in T.Parallel(BV, C):
-                x_a[i, j] = kept(v_s[s, j, i] - f_s[so, 0, j] * ks_f[i, j], j, lo, hi)
+                x_a[i, j] = kept(values(v_s[s, j, i], with_v) - f_s[so, 0, j] * ks_f[i, j], j, lo, hi)
 
     @T.macro
     def delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi):
@@ -93,7 +97,8 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         for i, j in T.Parallel(BV, C):
             d_a[i, j] = kept(d_f[i, j], j, lo, hi)
             dk_a[i, j] = kept(d_f[i, j] * f_s[so, 2, j], j, lo, hi)
-            o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
+            if outputs:
+                o_f[i, j] = o_f[i, j] * f_s[so, 1, j]
 
     @T.macro
     def decay_state(s_f, f_s, so, hi):
@@ -101,7 +106,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
 
     @T.macro
-    def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f):
+    def carry(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, with_v):
         s_a = T.alloc_fragment([BV, K], dtype)
         ks_f = T.alloc_fragment([BV, C], accum)
         x_a = T.alloc_fragment([BV, C], dtype)
@@ -109,17 +114,27 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         d_a = T.alloc_fragment([BV, C], dtype)
         dk_a = T.alloc_fragment([BV, C], dtype)
         T.copy(s_f, s_a)
-        two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
-        build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi)
+        if outputs:
+            two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
+        else:
+            T.gemm(s_a, k_s[s, :, :], ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
+        build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi, with_v)
         T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
         delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi)
-        if paired:
+        if not outputs:
+            decay_state(s_f, f_s, so, hi)
+            T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+        elif paired:
             decay_state(s_f, f_s, so, hi)
             two_products(d_a, m_s[so, :, :], o_f, dk_a, k_s[s, :, :], s_f, False, not m_transposed, False)
         else:
             T.gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
             decay_state(s_f, f_s, so, hi)
             T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+
+    @T.macro
+    def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f):
+        carry(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, True)
 
     @T.macro
     def tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi):
@@ -143,4 +158,4 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             else:
                 tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi)
 
-    return step, store_output
+    return (step if outputs else carry), store_output

@@ -8,7 +8,9 @@ its sequences.
   last state in row ``out_row[p]`` of the final state unless that is −1 (``plans.pieces``).
 
 Tokens are flattened to [B·T]; a program that carries a state takes ``has_init`` (0 or 1: whether
-``h0`` holds an initial state) last, except in pieces, where ``init_row`` says it. A program
+``h0`` holds an initial state) last, except in pieces, where ``init_row`` says it. Token bounds
+read from a device table are clamped to 0 ≤ begin ≤ end ≤ tokens: offsets the caller got wrong
+give wrong sequences, never an access outside the tensors (checking them would take a host sync). A program
 declares its inputs and outputs once and writes its launch (a ``T.macro``) against a
 ``Sequences``, which says where a CTA's sequence lies whatever the kind.
 """
@@ -22,9 +24,9 @@ KINDS = ("equal", "packed", "pieces")
 class Sequences:
     """The sequence arguments of one entry and where sequence (or piece) ``n`` lies in them."""
 
-    def __init__(self, kind: str, value_heads: int, with_state: bool):
+    def __init__(self, kind: str, value_heads: int, with_state: bool, tokens):
         assert kind in KINDS, kind
-        self.kind, self.value_heads, self.with_state = kind, value_heads, with_state
+        self.kind, self.value_heads, self.with_state, self.tokens = kind, value_heads, with_state, tokens
         self.nseq = T.dynamic("nseq")
         if kind == "pieces":
             self.rows_in, self.rows_out, self.count = T.dynamic("rows_in"), T.dynamic("rows_out"), T.dynamic("pieces")
@@ -64,13 +66,20 @@ class Sequences:
     def begin(self, n, hv=None):
         """Where the walk of sequence n starts (a piece: its warm-up's first token)."""
         if self.kind == "pieces":
-            return self.args["begin"][n, hv]
-        return self.args["cu_seqlens"][n] if self.kind == "packed" else n * self.args["seq_len"]
+            return self.clamped(self.args["begin"][n, hv], 0)
+        return self.clamped(self.args["cu_seqlens"][n], 0) if self.kind == "packed" else n * self.args["seq_len"]
 
-    def end(self, n):
+    def end(self, n, hv=None):
+        """One past the last token of sequence n (at least its ``begin``)."""
         if self.kind == "pieces":
-            return self.args["end"][n]
-        return self.args["cu_seqlens"][n + 1] if self.kind == "packed" else (n + 1) * self.args["seq_len"]
+            return self.clamped(self.args["end"][n], self.begin(n, hv))
+        if self.kind == "packed":
+            return self.clamped(self.args["cu_seqlens"][n + 1], self.begin(n))
+        return (n + 1) * self.args["seq_len"]
+
+    def clamped(self, offset, low):
+        """A token offset from a device table, inside low..tokens."""
+        return T.min(T.max(offset, low), self.tokens)
 
     def store_from(self, n):
         """The first token whose output is stored (a piece's warm-up stores none)."""
@@ -83,6 +92,10 @@ class Sequences:
     def has_init(self, n, hv):
         """Non-zero when the walk starts from an initial state (init_row + 1 is 0 exactly for row −1)."""
         return self.args["init_row"][n, hv] + 1 if self.kind == "pieces" else self.args["has_init"]
+
+    def transition(self, n, hv):
+        """A summary's job that carries a transition instead of a state (pieces: ``init_row`` −2)."""
+        return self.args["init_row"][n, hv] == -2
 
     def out_row(self, n):
         """The row of the final state the walk ends in (pieces: −1 for none)."""

@@ -190,8 +190,8 @@ __device__ __forceinline__ void chunk_gates(const float* g, const float* rk, con
 }
 
 // kk <- A and kq <- M^T in place of K K^T and K Q^T, with the decays of chunk_gates' gates, the
-// step sizes beta and with the L2 norm the inverse norms rk, rq.
-template <bool L2>
+// step sizes beta and with the L2 norm the inverse norms rk, rq; without QUERIES kq is not touched.
+template <bool L2, bool QUERIES>
 __device__ __forceinline__ void chunk_pairs(float* kk, float* kq, const float* gates, const float* beta,
                                             const float* rk, const float* rq, float scale, int thread) {
   const int warp = thread >> 5, lane = thread & 31, t = lane & 3;
@@ -220,7 +220,7 @@ __device__ __forceinline__ void chunk_pairs(float* kk, float* kq, const float* g
         const bool lower = col + c < r0 + 8 * h;
         const float decay = exp2_approx(lower ? gr[h] - gc[c] : gc[c] - gr[h]);
         kk[e] = lower ? br[h] * (c ? kc.y : kc.x) * decay * kk[e] : 0.f;
-        kq[e] = lower ? 0.f : kr[h] * (c ? qc.y : qc.x) * decay * kq[e];
+        if (QUERIES) kq[e] = lower ? 0.f : kr[h] * (c ? qc.y : qc.x) * decay * kq[e];
       }
     }
   }
@@ -330,7 +330,7 @@ __device__ __forceinline__ void chunk_inverse(float* a, const float* beta, void*
 """
 
 
-def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
+def register_first_pass(*, l2norm: bool, scale: float, dtype: str, queries: bool = True):
     """Four macros for the 128 threads of the first-pass warpgroup (``thread`` 0..127), on the
     64 × 64 accumulators of K Kᵀ (``kk_f``) and K Qᵀ (``kq_f``): ``gates`` writes the factors
     into stage ``so`` of ``f_s`` ([S, 4, 64] fp32) from the chunk's gates ``g_s`` (and norms
@@ -340,8 +340,10 @@ def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
     T', ``x_s`` its exchange ([EXCHANGE_BLOCKS · 16, EXCHANGE_LD] fp16); ``store`` writes an
     accumulator in ``dtype`` to stage ``so`` of a [S, 64, 64] tile laid out by ``swizzled``.
     Needs ``wy_merge.SOURCE`` then ``SOURCE`` in the kernel's prelude. ``gates`` and ``inverse``
-    synchronise the warpgroup themselves."""
+    synchronise the warpgroup themselves. Without ``queries`` (a walk with no outputs) ``pairs``
+    forms A alone and leaves ``kq_f`` as it is."""
     flag = "true" if l2norm else "false"
+    with_queries = "true" if queries else "false"
     half = HALF_TYPES[dtype]
 
     @T.macro
@@ -352,7 +354,7 @@ def register_first_pass(*, l2norm: bool, scale: float, dtype: str):
 
     @T.macro
     def pairs(kk_f, kq_f, gates_l, b_s, rk_s, rq_s, thread):
-        T.call_extern("handle", f"tileops_gdn::chunk_pairs<{flag}>", kk_f.data, kq_f.data, gates_l.data,
+        T.call_extern("handle", f"tileops_gdn::chunk_pairs<{flag}, {with_queries}>", kk_f.data, kq_f.data, gates_l.data,
                       T.access_ptr(b_s[0], "r"), T.access_ptr(rk_s[0], "r"), T.access_ptr(rq_s[0], "r"),
                       T.float32(scale), thread)
 

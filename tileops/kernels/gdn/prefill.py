@@ -11,9 +11,10 @@
 ``fused`` (``chunk_fused``) runs both in one warp-specialised kernel per (sequence, value head):
 the value-major walk over the whole state, and one more warpgroup that forms the next chunk's
 T', M and decays in shared memory meanwhile, so that neither goes through global memory. With
-``piece_chunks`` it walks pieces of the sequences instead (``pieces``), each after a short
-warm-up walk of the chunks before it where the decays allow (``warm_start``), so that few long
-sequences still fill the SMs.
+``piece_chunks`` it walks pieces of the sequences instead (``pieces``), so that few long
+sequences still fill the SMs: each after a short warm-up walk of the chunks before it where the
+decays forget the earlier state within a few chunks (``warm_start``), else from its exact entry
+state (``plans.entries``), whatever the gates.
 
 Registers the kernel: its config space (chunk length; the chain's layout, V tile, threads,
 pipeline depth and CTAs per SM), the reasons it turns a call down, its default and ``build``.
@@ -30,6 +31,7 @@ from tileops.kernels.base import KernelDef
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.gdn.calls import shape_problem
 from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, WARPGROUP, sm_count
+from tileops.kernels.plans.entries import WARM_REACH
 from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width
 from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, chain_smem_bytes, fused_smem_bytes
 from tileops.kernels.registry import register
@@ -47,8 +49,11 @@ class GDNPrefillConfig(KernelConfig):
     8 × 8 matrix loads and stores (``walk_moves``, fused only), and whether a
     value-major walk's independent products wait one by one or in pairs (``walk_issue``, the
     fused kernel and the value-major chain). ``piece_chunks`` (fused only): cut sequences longer
-    than that many chunks into pieces walked side by side, each after a short warm-up walk of
-    the chunks before it (``pieces``, ``warm_start``); 0 walks every sequence whole."""
+    than that many chunks into pieces walked side by side; 0 walks every sequence whole. A piece
+    after the first starts from a short warm-up walk of the chunks before it where the decays
+    forget the earlier state within ``plans.entries.WARM_REACH`` chunks (``warm_start``), else
+    from its entry state by the exact schedule of ``plans.entries``, whose time does not depend on
+    the gates."""
 
     chunk_size: Literal[64] = 64
     state_major: Literal["key", "value"] = "key"
@@ -112,6 +117,7 @@ def tile_problem(config: GDNPrefillConfig, dim_k: int, dim_v: int, elem: int) ->
     if config.piece_chunks and not config.fused:
         return (f"piece_chunks={config.piece_chunks} cuts sequences for the fused kernel; the two-pass chain "
                 f"walks them whole (piece_chunks=0)")
+
     if config.fused:
         return fused_problem(config, dim_k, dim_v, elem)
     if config.num_stages > 2:
@@ -232,6 +238,25 @@ def default(spec: CallSpec) -> GDNPrefillConfig:
     return GDNPrefillConfig(block_v=32, threads=256, num_stages=1)
 
 
+def plan(config: GDNPrefillConfig, spec: CallSpec) -> str:
+    """How ``config`` runs ``spec``, in words."""
+    walks = spec.batch * spec.value_heads
+    sms = sm_count(spec.device, spec.arch)
+    told = f"{walks} (sequence, value head) walks for {sms} SMs"
+    if not config.fused:
+        tiles = walks * (spec.dim_v // config.block_v)
+        return (f"two passes: every chunk's WY solve at once, then the {config.state_major}-major chain over "
+                f"{config.block_v}-column V tiles ({tiles} CTAs; {told})")
+    if not config.piece_chunks:
+        return f"one fused kernel, a CTA per (sequence, value head): {told}"
+    return (f"one fused kernel over pieces of at most {config.piece_chunks} chunks ({told}; sequences longer "
+            f"than a piece are cut). A piece after its sequence's first starts from a warm-up walk where the "
+            f"gates forget the state before it within {WARM_REACH} chunks, else (gates that barely decay, or "
+            f"none) from its exact entry state: every piece's state and transition summarised at once, then "
+            f"chained through each sequence. Decided on the device per piece and value head, so the time is "
+            f"bounded whatever the gates")
+
+
 def build(config: GDNPrefillConfig, spec: CallSpec):
     """Compile the passes for ``spec`` and return ``launch(q, k, v, g, beta, initial_state, ...)``."""
     from tileops.kernels.launch.chunked import PrefillLauncher  # here: it imports TileLang
@@ -251,4 +276,5 @@ KERNEL = register(KernelDef(
     refuse=refuse,
     default=default,
     modules=("tileops.kernels.gdn.prefill",),
+    plan=plan,
 ))

@@ -15,7 +15,9 @@ import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.launch.chunked_programs import compile_chain, compile_fused, compile_prep, compile_warm_start
+from tileops.kernels.launch.chunked_programs import (compile_chain, compile_fused, compile_piece_entries, compile_prep,
+                                                     compile_summary, compile_warm_start)
+from tileops.kernels.plans.entries import entry_plan
 from tileops.kernels.plans.packing import packed
 from tileops.kernels.plans.pieces import plan_for
 
@@ -29,7 +31,10 @@ class PrefillLauncher:
         self.varlen = spec.mode == "varlen"
         self.value_first = bool(spec.flag("state_v_first", False))
         self.fused = compile_fused(config, spec) if config.fused else None
-        self.warm_start = compile_warm_start(config, spec) if config.piece_chunks else None
+        pieces = bool(config.piece_chunks)
+        self.warm_start = compile_warm_start(config, spec) if pieces else None
+        self.summary = compile_summary(config, spec) if pieces else None
+        self.piece_entries = compile_piece_entries(spec) if pieces else None
         self.chain = None if config.fused else compile_chain(config, spec)
         self.prep = None if config.fused else compile_prep(config, spec)
         self._no_gate: Optional[torch.Tensor] = None
@@ -41,16 +46,35 @@ class PrefillLauncher:
             self._no_gate = torch.zeros(self.spec.value_heads, dtype=torch.float32, device=device)
         return self._no_gate
 
-    def warm_starts(self, plan, inputs, has_init):
+    def warm_starts(self, plan, inputs, has_init, sequences):
         """Where each piece's warm-up begins (as far back as the bound asks) and the row of the
-        initial state it begins from (−1: zeros), both [P, HV]. ``inputs``: the flattened q, k, v,
-        g, β, A_log and dt_bias the fused kernel reads."""
+        initial state it begins from (−1: zeros), both [P, HV]; with the exact schedule, its own
+        start and entry row N + p where the warm-up would reach further. ``inputs``: the flattened
+        q, k, v, g, β, A_log and dt_bias the fused kernel reads."""
         _, flat_k, _, flat_g, flat_beta, a_log, bias = inputs
         begin = torch.empty(plan.count, flat_g.shape[1], dtype=torch.int32, device=flat_g.device)
         init_row = torch.empty_like(begin)
         self.warm_start(flat_k, flat_g, flat_beta, a_log, bias, plan.start, plan.first, plan.seq, has_init,
-                        begin, init_row)
+                        sequences, begin, init_row)
         return begin, init_row
+
+    def exact_entries(self, plan, inputs, initial_state, lengths, walk_rows):
+        """The initial state and the exact schedule's entry states in one tensor (``plans.entries``):
+        the summaries of the pieces, then the chain of each cut sequence through them, for the
+        (sequence, value head) pairs whose pieces ``walk_rows`` points at entry rows."""
+        has_init = 0 if initial_state is None else 1
+        heads = plan.starts.shape[1]
+        ep = entry_plan(lengths, self.config.piece_chunks, self.config.chunk_size, heads, plan.start.device)
+        state = (self.spec.dim_v, self.spec.dim_k) if self.value_first else (self.spec.dim_k, self.spec.dim_v)
+        entries = torch.empty(ep.sequences + plan.count, heads, *state, dtype=torch.float32, device=plan.start.device)
+        if initial_state is not None:
+            entries[:ep.sequences].copy_(initial_state)
+        summaries = torch.empty(ep.jobs, heads, *state, dtype=torch.float32, device=plan.start.device)
+        self.summary(*inputs, entries, walk_rows, ep.job_chain, ep.chain_piece, ep.sequences, ep.begin, ep.end,
+                     ep.end, ep.init_rows[has_init], ep.out_row, summaries)
+        self.piece_entries(summaries, ep.chain_piece, ep.state_slot, ep.transition_slot, walk_rows, ep.sequences,
+                           entries)
+        return entries
 
     def walk_pieces(self, plan, inputs, h0, begin, init_row, flat_o, final):
         """Every piece from token ``begin`` and row ``init_row`` of ``h0`` (both [P, HV]), its
@@ -83,11 +107,13 @@ class PrefillLauncher:
         if self.varlen:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
 
-        if self.warm_start is not None:
+        if self.config.piece_chunks:
             plan = plan_for(self.config.piece_chunks, C, HV, B, T, bounds, cu_seqlens_cpu, q.device)
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
             if plan.cut:
-                begin, init_row = self.warm_starts(plan, inputs, has_init)
+                lengths = (T,) * B if cu_seqlens_cpu is None else tuple(cu_seqlens_cpu.diff().tolist())
+                begin, init_row = self.warm_starts(plan, inputs, has_init, len(lengths))
+                h0 = self.exact_entries(plan, inputs, initial_state, lengths, init_row)
             else:  # every piece a whole sequence: one launch, from the initial state
                 begin, init_row = plan.starts, plan.entry_rows[has_init]
             self.walk_pieces(plan, inputs, h0, begin, init_row, flat_o, final)

@@ -12,9 +12,11 @@ import torch
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.hardware import compile_target
+from tileops.kernels.plans.entries import WARM_REACH
 from tileops.kernels.programs import chain_key, chain_value
 from tileops.kernels.programs.chunk_fused import fused_program
 from tileops.kernels.programs.chunk_prep import prep_program
+from tileops.kernels.programs.piece_entries import piece_entries_program
 from tileops.kernels.programs.warm_start import warm_start_program
 
 # The software pipeline of the chain keeps its loads in the compute warps: the automatic
@@ -64,10 +66,27 @@ def compile_fused(config: KernelConfig, spec: CallSpec):
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
+def compile_summary(config: KernelConfig, spec: CallSpec):
+    """The pieces' summaries for ``spec``'s exact schedule: each piece's state and transition."""
+    program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+                            chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
+                            walk_moves="elementwise", walk_issue=config.walk_issue, stages=config.num_stages,
+                            sequences="pieces", scale=query_scale(spec), summary=True, **transform_flags(spec))
+    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+
+
+def compile_piece_entries(spec: CallSpec):
+    """The chains of the exact schedule's summaries into entry states (exact fp32 arithmetic)."""
+    program = piece_entries_program(value_heads=spec.value_heads, dim=spec.dim_v,
+                                    state_v_first=bool(spec.flag("state_v_first", False)))
+    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
+
+
 def compile_warm_start(config: KernelConfig, spec: CallSpec):
-    """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product)."""
+    """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product); with
+    the exact schedule, which pieces reach too far back and take their entry states instead."""
     program = warm_start_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
-                                 chunk=config.chunk_size, **transform_flags(spec))
+                                 chunk=config.chunk_size, reach=WARM_REACH, **transform_flags(spec))
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 

@@ -15,7 +15,7 @@ def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: 
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     accum = "float32"
     tokens = T.dynamic("tokens")
-    seqs = Sequences(sequences, HV, with_state=True)
+    seqs = Sequences(sequences, HV, with_state=True, tokens=tokens)
     state_shape = seqs.state_shape(HV, K, V, state_v_first)
     inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),
               ("v", T.Tensor([tokens, HV, V], dtype)), ("tp", T.Tensor([HV, tokens, C], dtype)),

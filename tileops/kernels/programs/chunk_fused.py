@@ -52,7 +52,7 @@ STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
                   sequences: str, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
                   neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                  stages: int = FUSED_STAGES):
+                  stages: int = FUSED_STAGES, summary: bool = False):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Arguments: q, k, v, g, beta, a_log, dt_bias, h0, then the tables of ``sequences`` (equal,
@@ -63,6 +63,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     matrix moves put the output through the V tile). The V and output tiles are in the copy
     engine's swizzle, which the matrix moves address. A piece's warm-up chunks, before its
     ``start``, store no output.
+
+    ``summary`` (pieces only, elementwise V moves): the walk of each piece without outputs, for the
+    exact schedule (``plans.entries``). It takes no ``o`` and leaves in row ``out_row`` of ``ht``
+    the piece's state from row ``init_row`` of ``h0`` (−1: zeros), or with ``init_row`` −2 its
+    transition: the walk from the identity with v = 0 (K = V), Φ in the state's place. After
+    ``h0`` it takes the walk's rows [P, HV] (``warm_start``'s), each job's chain [J], the chains'
+    pieces [Q, M] and N: a job walks only if a piece of its chain starts from an entry row
+    (N or above) for its value head.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
@@ -79,29 +87,36 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     shifted = V // 64 > 1
     aux_regs = REGISTERS // threads // 8 * 8 * (V // 64 + 1) - STATE_REGS * (V // 64)
     tokens = T.dynamic("tokens")
-    seqs = Sequences(sequences, HV, with_state=True)
+    seqs = Sequences(sequences, HV, with_state=True, tokens=tokens)
     pieces = sequences == "pieces"
     inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),
               ("v", T.Tensor([tokens, HV, V], dtype)), ("g", T.Tensor([tokens, HV], accum)),
               ("beta", T.Tensor([tokens, HV], accum)), ("a_log", T.Tensor([HV], accum)),
               ("dt_bias", T.Tensor([HV], accum)), ("h0", T.Tensor(seqs.state_shape(HV, K, V, state_v_first), accum))]
-    outputs = [("o", T.Tensor([tokens, HV, V], dtype)),
-               ("ht", T.Tensor(seqs.state_shape(HV, K, V, state_v_first, out=True), accum))]
+    assert not summary or (pieces and walk_moves != "matrix" and K == V), "a summary walks pieces, V elementwise, K = V"
+    if summary:
+        chains, width, plan_pieces = T.dynamic("chains"), T.dynamic("width"), T.dynamic("plan_pieces")
+        inputs += [("walk_rows", T.Tensor([plan_pieces, HV], "int32")), ("job_chain", T.Tensor([seqs.count], "int32")),
+                   ("chain_piece", T.Tensor([chains, width], "int32")), ("sequences", T.int32)]
+    outputs = [] if summary else [("o", T.Tensor([tokens, HV, V], dtype))]
+    outputs.append(("ht", T.Tensor(seqs.state_shape(HV, K, V, state_v_first, out=True), accum)))
     # T' is zero in the rows and columns of tokens past the sequence's end (their β is), so the walk
     # needs no masks.
     step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
-                                           moves=walk_moves, issue=walk_issue, masked=False)
+                                   moves=walk_moves, issue=walk_issue, masked=False, outputs=not summary)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
-    products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True, wait=False)
-    gates, pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype)
+    products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True, wait=False, queries=not summary)
+    gates, pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype,
+                                                            queries=not summary)
 
     @T.macro
     def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
         """Start the copies of the chunk at t0 into stage s; its barrier completes when they land:
         q, k and v by the copy engine, issued by one thread, the gates and step sizes by cp.async."""
-        T.tma_copy(q[t0:t0 + C, h, :], q_s[s, :, :], barrier=loaded[s])
+        if not summary:  # a summary has no output: its first pass forms no M
+            T.tma_copy(q[t0:t0 + C, h, :], q_s[s, :, :], barrier=loaded[s])
         T.tma_copy(k[t0:t0 + C, h, :], k_s[s, :, :], barrier=loaded[s])
         T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
         T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
@@ -113,7 +128,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         """T', Mᵀ and the factors of the chunk in input stage s into result stage so (rows 0..hi of
         it in the sequence)."""
         a_f = T.alloc_fragment([C, C], accum)
-        mt_f = T.alloc_fragment([C, C], accum)
+        mt_f = a_f if summary else T.alloc_fragment([C, C], accum)  # a summary forms no Mᵀ
         g_s = T.alloc_shared([C], accum)
         b_s = T.alloc_shared([C], accum)
         rk_s = T.alloc_shared([C], accum)
@@ -129,11 +144,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         gates(g_s, rk_s, rq_s, f_s, so, gates_l, hi, row)  # while the products run
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(a_f, num_regs=C // 2)
-        T.warpgroup_fence_operand(mt_f, num_regs=C // 2)
+        if not summary:
+            T.warpgroup_fence_operand(mt_f, num_regs=C // 2)
         # Rows past the sequence's end have β = 0 and γ held, so they add nothing to A and only
         # reach outputs that are not stored.
         pairs(a_f, mt_f, gates_l, b_s, rk_s, rq_s, row)
-        store_tile(mt_f, m_s, so, row)
+        if not summary:
+            store_tile(mt_f, m_s, so, row)
         inverse(a_f, b_s, x_s, row)
         store_tile(a_f, tp_s, so, row)
 
@@ -148,7 +165,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
 
     @T.macro
-    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from):
+    def identity(s_f, transition):
+        """The transition's walk starts from the identity (a summary's job with ``init_row`` −2)."""
+        for i, j in T.Parallel(V, K):
+            s_f[i, j] = T.if_then_else(transition, T.if_then_else(i == j, 1.0, 0.0), s_f[i, j])
+
+    @T.macro
+    def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from,
+            transition):
         h = hv // group
         q_s = T.alloc_shared([S, C, K], dtype)
         k_s = T.alloc_shared([S, C, K], dtype)
@@ -159,7 +183,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         m_s = T.alloc_shared([SO, C, C], dtype)
         f_s = T.alloc_shared([SO, 4, C], accum)
         T.annotate_layout({tp_s: swizzled(tp_s), m_s: swizzled(m_s), v_s: make_swizzled_layout(v_s)})
-        if not through_v:
+        if not (through_v or summary):
             o_s = T.alloc_shared([2 if by_copy_engine else 1, C, V], dtype)
             T.annotate_layout({o_s: make_swizzled_layout(o_s)})
         loaded = T.alloc_barrier(arrive_count=[walkers] * S)
@@ -172,35 +196,42 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             if shifted:
                 T.set_max_nreg(STATE_REGS, 1)
             s_f = T.alloc_fragment([V, K], accum)
-            o_f = T.alloc_fragment([V, C], accum)
+            if not summary:
+                o_f = T.alloc_fragment([V, C], accum)
             for c in T.serial(T.min(windows, S)):
                 load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
             load_state(h0, s_f, init_row, hv, 0, has_init)
+            if summary:
+                identity(s_f, transition)
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
                 t0 = bos + c * C
                 hi = T.min(eos - t0, C)
                 T.barrier_wait(ready[so], (c // SO) % 2)
-                step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
+                if summary:  # the state only: no output (the step reads no o_f)
+                    step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, s_f, T.Not(transition))
+                else:
+                    step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, 0, hi, s_f, o_f)
                 if ahead:
                     T.barrier_arrive(consumed[so])
-                if through_v:
-                    emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)
-                elif output_first:
-                    emit_output(o_f, o_s, c % 2 if by_copy_engine else 0, o, t0, hv, hi, store_from)
-                if by_copy_engine:
-                    T.tma_store_wait(1)  # the store of the chunk before has read its tile
+                if not summary:
+                    if through_v:
+                        emit_output(o_f, v_s, s, o, t0, hv, hi, store_from)
+                    elif output_first:
+                        emit_output(o_f, o_s, c % 2 if by_copy_engine else 0, o, t0, hv, hi, store_from)
+                    if by_copy_engine:
+                        T.tma_store_wait(1)  # the store of the chunk before has read its tile
                 if c + S < windows:
                     load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
-                if not output_first:
+                if not (output_first or summary):
                     emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
                     store_state(ht, s_f, out_row, hv, 0)
             else:
                 store_state(ht, s_f, out_row, hv, 0)
-            if by_copy_engine:
+            if by_copy_engine and not summary:
                 T.tma_store_wait(0, read=False)
         else:
             if shifted:
@@ -220,7 +251,24 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     @T.macro
     def launch(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, seqs):
         with T.Kernel(HV, seqs.walks, threads=threads, prelude=prelude) as (hv, n):
-            run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, seqs.begin(n, hv), seqs.end(n), seqs.init_row(n, hv),
-                seqs.has_init(n, hv), seqs.out_row(n), seqs.store_from(n))
+            run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, seqs.begin(n, hv), seqs.end(n, hv), seqs.init_row(n, hv),
+                seqs.has_init(n, hv), seqs.out_row(n), seqs.store_from(n), False)
 
-    return kernel_entry("fused", seqs, inputs, outputs, launch)
+    @T.macro
+    def launch_summary(q, k, v, g, beta, a_log, dt_bias, h0, walk_rows, job_chain, chain_piece, sequences, ht, seqs):
+        with T.Kernel(HV, seqs.walks, threads=threads, prelude=prelude) as (hv, n):
+            needed = T.alloc_var("int32")
+            needed = 0
+            for r in T.serial(chain_piece.shape[1]):
+                piece = chain_piece[job_chain[n], r]
+                if piece >= 0:
+                    if walk_rows[piece, hv] >= sequences:
+                        needed = 1
+            # A job nobody needs walks no chunk and moves no state: an empty range, no state in or out.
+            bos = seqs.begin(n, hv)
+            run(q, k, v, g, beta, a_log, dt_bias, h0, None, ht, hv, bos, T.if_then_else(needed > 0, seqs.end(n, hv), bos),
+                seqs.init_row(n, hv), T.if_then_else(needed > 0, seqs.has_init(n, hv), 0),
+                T.if_then_else(needed > 0, seqs.out_row(n), -1), seqs.store_from(n),
+                T.And(needed > 0, seqs.transition(n, hv)))
+
+    return kernel_entry("summary" if summary else "fused", seqs, inputs, outputs, launch_summary if summary else launch)

@@ -44,7 +44,7 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
     group = HV // H
     accum = "float32"
     tokens = T.dynamic("tokens")
-    seqs = Sequences(sequences, HV, with_state=False)
+    seqs = Sequences(sequences, HV, with_state=False, tokens=tokens)
     nseq = seqs.nseq
     varlen = sequences == "packed"
     inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),

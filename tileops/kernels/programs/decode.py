@@ -20,6 +20,7 @@ from typing import Optional
 
 import tilelang.language as T
 
+from tileops.kernels.blocks.transforms import gate_transform, log_softplus
 from tileops.kernels.hardware import VEC, WARP
 from tileops.kernels.plans.decode_tile import thread_tile
 
@@ -101,11 +102,6 @@ def decode_program(s: DecodeShape):
 
     k_run = VEC if s.state_v_first else min(EK, 8)  # contiguous K cells per q/k access
 
-    def gate(raw, a_log, bias):
-        """The log-decay from the raw gate: -exp(A_log) * softplus(raw + dt_bias)."""
-        x = raw + bias
-        return -T.exp(a_log) * T.if_then_else(x > 20.0, x, T.log1p(T.exp(x)))
-
     def widen(x):
         """A stored state cell as fp32."""
         return x if s.state_dtype == f32 else T.cast(x, f32)
@@ -120,8 +116,7 @@ def decode_program(s: DecodeShape):
         −exp(A_log + log softplus(x)), finite or −inf (a full reset)."""
         if s.lower_bound is not None:
             return s.lower_bound * T.sigmoid(T.if_then_else(x == 0.0, 0.0, T.exp(a_log) * x))
-        log_softplus = T.if_then_else(x < -20.0, x, T.if_then_else(x > 20.0, T.log(x), T.log(T.log1p(T.exp(x)))))
-        return -T.exp(a_log + log_softplus)
+        return -T.exp(a_log + log_softplus(x))
 
     @T.prim_func
     def main(
@@ -222,7 +217,7 @@ def decode_program(s: DecodeShape):
 
             if s.gate == "scalar":
                 g_in = T.cast(g[ib, 0, ih], f32)
-                decay = T.exp(gate(g_in, T.cast(A_log[ih], f32), T.cast(dt_bias[ih], f32)) if s.gate_in_kernel else g_in)
+                decay = T.exp(gate_transform(g_in, T.cast(A_log[ih], f32), T.cast(dt_bias[ih], f32)) if s.gate_in_kernel else g_in)
                 b_in = T.cast(beta[ib, 0, ih], f32)
                 b = T.sigmoid(b_in) * (2.0 if s.neg_eigval else 1.0) if s.beta_sigmoid else b_in
                 rk = T.rsqrt(red[2 * EV + 1] + eps) if s.l2norm else T.float32(1.0)

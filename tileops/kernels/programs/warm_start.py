@@ -9,6 +9,10 @@ boundary where that bound falls below 2⁻²⁴ (fp32's unit roundoff): R alone 
 up to less than a rounding of the state the walk forgot. Where the bound never falls that low,
 the warm-up goes back to the sequence's start and begins from its initial state: exact, and as
 long as the sequence before the piece. Under real decays the warm-up is a few chunks.
+
+The walk back stops after ``reach`` chunks: a piece whose bound is still above the threshold
+there (and whose sequence starts further back) takes its entry state from the exact schedule
+instead (``plans.entries``): it begins at its own start, from row N + p.
 """
 
 import math
@@ -22,14 +26,15 @@ THREADS = 128  # a chunk's keys [64, K] squared and summed by row at once
 
 
 def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, l2norm: bool,
-                       gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool):
+                       gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, reach: int):
     """The TileLang program: per (value head, piece), the warm-up's first token and initial row.
 
     Inputs per piece: ``start`` (its first token), ``first`` (its sequence's first token; pieces
-    start a whole number of chunks after it) and ``seq`` (its sequence); ``has_init`` (0 or 1).
-    Writes ``begin[p, hv]`` and ``init_row[p, hv]``: the sequence's row of the initial state when
-    the warm-up begins at the sequence's start and there is one, else −1 (zeros).
-    Grid: (HV, P), THREADS threads.
+    start a whole number of chunks after it) and ``seq`` (its sequence); ``has_init`` (0 or 1) and
+    ``sequences`` (N). Writes ``begin[p, hv]`` and ``init_row[p, hv]``: the sequence's row of the
+    initial state when the warm-up begins at the sequence's start and there is one, else −1
+    (zeros); ``start[p]`` and N + p for a piece whose warm-up would reach back more than ``reach``
+    chunks. Grid: (HV, P), THREADS threads.
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     accum = "float32"
@@ -49,6 +54,7 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
         first: T.Tensor([count], "int32"),
         seq: T.Tensor([count], "int32"),
         has_init: T.int32,
+        sequences: T.int32,
         begin: T.Tensor([count, HV], "int32"),
         init_row: T.Tensor([count, HV], "int32"),
     ):
@@ -65,7 +71,8 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
             total = T.alloc_var(accum)
             bound = 0.0
             used = 0
-            for c in T.serial((start[p] - first[p]) // C):
+            available = (start[p] - first[p]) // C
+            for c in T.serial(T.min(available, reach)):
                 t0 = start[p] - (c + 1) * C  # a whole chunk of the sequence: pieces start on chunk bounds
                 if tx < C:
                     transform(g[t0 + tx, hv], beta[t0 + tx, hv], a_log, dt_bias, hv, g_s, b_s, tx)
@@ -88,7 +95,9 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
                 if bound < FORGOTTEN:  # the same on every thread: all sum the same shared values in order
                     T.loop_break()
             if tx == 0:
-                begin[p, hv] = start[p] - used * C
-                init_row[p, hv] = T.if_then_else((start[p] - used * C == first[p]) & (has_init != 0), seq[p], -1)
+                warm_row = T.if_then_else((start[p] - used * C == first[p]) & (has_init != 0), seq[p], -1)
+                exact = (bound >= FORGOTTEN) & (used < available)  # still above it where the reach ends
+                begin[p, hv] = T.if_then_else(exact, start[p], start[p] - used * C)
+                init_row[p, hv] = T.if_then_else(exact, sequences + p, warm_row)
 
     return warm_start
