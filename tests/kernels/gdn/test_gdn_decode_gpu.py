@@ -251,3 +251,22 @@ def test_variant_compiled_on_first_use():
     count = len(launch.programs)
     assert_close(other, run_case(other, batch=3, seed=4, launch=launch))
     assert len(launch.programs) == count == 2
+
+
+@pytest.mark.parametrize("gate", [False, True], ids=["given-gate", "gate-in-kernel"])
+def test_a_reset_and_a_huge_a_log_are_exact_never_nan(gate):
+    # A log decay of -inf forgets the state exactly; with the gate in the kernel, e^A_log beyond
+    # fp32 (A_log 89 and 120) does the same, and where softplus underflows (a raw gate of -200)
+    # the state is kept: -exp(A_log + log softplus), never inf * 0.
+    case = Case(gate=gate, group=2)
+    args = make_inputs(case, batch=4, seed=23)
+    if gate:
+        args["A_log"][:4] = torch.tensor([89.0, 120.0, 95.0, 0.5], device=args["A_log"].device)
+        args["g"][1, 0, :3] = -200.0
+    else:
+        args["g"][0, 0, :] = float("-inf")
+        args["g"][2, 0, 1] = float("-inf")
+    o, state = call(launcher_for(case, batch=4), args)
+    o_ref, state_ref = reference(case, args)
+    assert torch.isfinite(o).all() and torch.isfinite(state).all()
+    assert relative_error(o, o_ref) < TOLERANCE[case.dtype] and relative_error(state, state_ref) < STATE_TOLERANCE
