@@ -105,10 +105,9 @@ def main() -> None:
                     plan = plan_for(launch.config.piece_chunks, 64, value_heads, batch, tokens, None, None, device)
                     flat = (q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, value_heads, 128),
                             g.reshape(-1, value_heads), beta.reshape(-1, value_heads), *([launch.no_gate(device)] * 2))
-                    lengths = (tokens,) * batch
                     begin, rows = launch.warm_starts(plan, flat, 1, batch)
-                    row["entries_ms"] = time_cuda(lambda: launch.exact_entries(plan, flat, h0, lengths, rows)).median_ms
-                    entries = launch.exact_entries(plan, flat, h0, lengths, rows)
+                    row["entries_ms"] = time_cuda(lambda: launch.exact_entries(plan, flat, h0, rows)).median_ms
+                    entries = launch.exact_entries(plan, flat, h0, rows)
                     o_flat = torch.empty_like(v).view(-1, value_heads, 128)
                     final = torch.empty_like(h0)
                     row["walk_ms"] = time_cuda(lambda: launch.walk_pieces(plan, flat, entries, begin, rows,

@@ -107,3 +107,10 @@ def test_explain_says_how_few_long_sequences_run_whatever_the_gates():
     assert "plan:   one fused kernel over pieces of at most 128 chunks" in text
     assert "32 (sequence, value head) walks for 132 SMs" in text
     assert "from its exact entry state" in text and "bounded whatever the gates" in text
+
+
+def test_host_plans_keep_their_lengths_for_the_exact_schedule():
+    cu = torch.tensor([0, 5, 300, 300, 1000], dtype=torch.int32)
+    assert plan_for(1, 64, 2, 1, 1000, cu, cu, CPU).lengths == (5, 295, 0, 700)
+    assert plan_for(16, 64, 2, 3, 2500, None, None, CPU).lengths == (2500,) * 3
+    assert plan_for(16, 64, 2, 1, 1000, cu, None, CPU).lengths == ()  # device offsets only: walked whole

@@ -58,13 +58,13 @@ class PrefillLauncher:
                         sequences, begin, init_row)
         return begin, init_row
 
-    def exact_entries(self, plan, inputs, initial_state, lengths, walk_rows):
+    def exact_entries(self, plan, inputs, initial_state, walk_rows):
         """The initial state and the exact schedule's entry states in one tensor (``plans.entries``):
         the summaries of the pieces, then the chain of each cut sequence through them, for the
         (sequence, value head) pairs whose pieces ``walk_rows`` points at entry rows."""
         has_init = 0 if initial_state is None else 1
         heads = plan.starts.shape[1]
-        ep = entry_plan(lengths, self.config.piece_chunks, self.config.chunk_size, heads, plan.start.device)
+        ep = entry_plan(plan.lengths, self.config.piece_chunks, self.config.chunk_size, heads, plan.start.device)
         state = (self.spec.dim_v, self.spec.dim_k) if self.value_first else (self.spec.dim_k, self.spec.dim_v)
         entries = torch.empty(ep.sequences + plan.count, heads, *state, dtype=torch.float32, device=plan.start.device)
         if initial_state is not None:
@@ -111,9 +111,8 @@ class PrefillLauncher:
             plan = plan_for(self.config.piece_chunks, C, HV, B, T, bounds, cu_seqlens_cpu, q.device)
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
             if plan.cut:
-                lengths = (T,) * B if cu_seqlens_cpu is None else tuple(cu_seqlens_cpu.diff().tolist())
-                begin, init_row = self.warm_starts(plan, inputs, has_init, len(lengths))
-                h0 = self.exact_entries(plan, inputs, initial_state, lengths, init_row)
+                begin, init_row = self.warm_starts(plan, inputs, has_init, len(plan.lengths))
+                h0 = self.exact_entries(plan, inputs, initial_state, init_row)
             else:  # every piece a whole sequence: one launch, from the initial state
                 begin, init_row = plan.starts, plan.entry_rows[has_init]
             self.walk_pieces(plan, inputs, h0, begin, init_row, flat_o, final)

@@ -30,8 +30,10 @@ class PiecePlan:
     head ([P, HV]), where the walk of uncut pieces begins per CTA, and ``entry_rows`` [2, P, HV]
     where it takes each piece's initial state: −1 (zeros) in ``[0]``, its sequence's row of the
     initial state in ``[1]``. On the device, int32. ``cut``: some piece starts after its
-    sequence's first token (it needs a warm-up). ``pinned``: the host tables they were copied
-    from, kept so that a CUDA graph that captured the copies replays them from live memory."""
+    sequence's first token (it needs a warm-up or an exact entry). ``pinned``: the host tables
+    they were copied from, kept so that a CUDA graph that captured the copies replays them from
+    live memory. ``lengths``: the sequence lengths a host plan was built from (none for offsets
+    known only on the device)."""
 
     start: torch.Tensor
     end: torch.Tensor
@@ -42,6 +44,7 @@ class PiecePlan:
     entry_rows: torch.Tensor
     cut: bool
     pinned: tuple = ()
+    lengths: tuple = ()
 
     @property
     def count(self) -> int:
@@ -87,7 +90,7 @@ def host_plan(lengths: tuple[int, ...], piece_chunks: int, chunk: int, value_hea
     wide = wide.unsqueeze(2).expand(3, len(pieces), value_heads).contiguous()
     (narrow, narrow_host), (broad, broad_host) = to_device(table, device), to_device(wide, device)
     return PiecePlan(*narrow.unbind(0), broad[0], broad[1:], any(p[0] != p[2] for p in pieces),
-                     pinned=(narrow_host, broad_host))
+                     pinned=(narrow_host, broad_host), lengths=lengths)
 
 
 @functools.lru_cache(maxsize=64)
