@@ -31,7 +31,7 @@ _REFERENCE_KERNELS: dict[str, tuple[str, ...]] = {
 
 _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "GDNFwdOp": ("tl.gdn_decode", "tl.gdn_prefill"),
-    "DeltaNetFwdOp": ("tl.deltanet_decode",),
+    "DeltaNetFwdOp": ("tl.deltanet_decode", "tl.deltanet_prefill"),
     "DeltaNetRecurrentFwdOp": ("tl.deltanet_decode",),
     "KDAFwdOp": ("tl.kda_decode",),
     "GLAFwdOp": ("tl.gla_decode",),

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
 from tileops.cases import GATE_KINDS, log_decays  # noqa: E402
-from tileops.kernels.gdn.prefill import fused_config  # noqa: E402
+from tileops.kernels.prefill_kernel import fused_config  # noqa: E402
 
 ROWS = {"B1": (1, 32768, 16, 32, (128,)), "B4": (4, 8192, 16, 16, (64,)), "B2": (2, 16384, 16, 32, (128,))}
 

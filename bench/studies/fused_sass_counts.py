@@ -54,7 +54,7 @@ def build(name: str) -> tuple[str, str, int]:
     import torch
 
     from tileops.callspec import CallSpec, make_flags
-    from tileops.kernels.gdn.prefill import fused_config
+    from tileops.kernels.prefill_kernel import fused_config
     from tileops.kernels.launch.chunked_programs import compile_fused
     from tileops.kernels.plans.tiles import fused_smem_bytes
 

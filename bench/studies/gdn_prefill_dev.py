@@ -27,7 +27,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
-from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config  # noqa: E402
+from tileops.kernels.prefill_kernel import PrefillConfig, default, fused_config  # noqa: E402
 from tileops.tuner.gate import in_float64, relative_error  # noqa: E402
 from tileops.tuner.presets import PRESETS  # noqa: E402
 
@@ -79,9 +79,9 @@ class Case:
                         heads=self.heads, value_heads=self.value_heads, dim_k=self.dim, dim_v=self.dim,
                         flags=flags)
 
-    def cfg(self) -> GDNPrefillConfig:
+    def cfg(self) -> PrefillConfig:
         spec = self.spec()
-        return GDNPrefillConfig(**self.config) if self.config else default(spec)
+        return PrefillConfig(**self.config) if self.config else default(spec)
 
 
 def mixed_lengths(total: int, count: int, seed: int) -> tuple[int, ...]:

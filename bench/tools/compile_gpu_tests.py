@@ -1,5 +1,5 @@
 """Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
-build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
+(GDN's and DeltaNet's) and the DeltaNet benchmark rows build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
 
     python bench/tools/compile_gpu_tests.py [--jobs N]
 
@@ -25,7 +25,7 @@ def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
     from tests.kernels.gdn.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, WIDE_LAYOUTS, WIDE_LENGTHS,
                                             call_spec, layout_config)
-    from tileops.kernels.gdn.prefill import default, fused_config
+    from tileops.kernels.prefill_kernel import default, fused_config
 
     specs = []
     for case in CASES:
@@ -64,42 +64,47 @@ def prefill_jobs() -> list[tuple]:
 
 
 def op_jobs() -> list[tuple]:
-    """(config, spec) that dispatch picks for the op-level GPU tests' prefill calls."""
-    from tileops.dispatch.router import route
-    from tests.kernels.gdn.test_gdn_op_gpu import CASES
+    """(kernel, config, spec) that dispatch picks for the op-level GPU tests' prefill calls (GDN's
+    and DeltaNet's) and the DeltaNet benchmark rows."""
     from tileops.cases import Case
+    from tileops.dispatch.router import route
     from tileops.tuner.cases import spec_for_arch
+    from tests.kernels.deltanet import test_deltanet_prefill_gpu as deltanet
+    from tests.kernels.gdn.test_gdn_op_gpu import CASES
+    from tileops.cli.bench_cases import bench_cases
 
     cases = list(CASES) + [Case("gdn", 1, 397, 2, 4, 64, device="cuda", seqlens=(1, 64, 200, 3, 129))]
+    cases += list(deltanet.CASES) + [deltanet.LONG, deltanet.GRAPHED] + list(bench_cases("deltanet"))
     jobs = []
     for case in cases:
         if case.seqlens:
             case = replace(case, tokens=sum(case.seqlens))
         spec = spec_for_arch(case, ARCH, DEVICE_NAME)
-        chosen = route("GDNFwdOp", None, spec)
-        if chosen.kernel is not None and chosen.kernel.name == "tl.gdn_prefill":
-            jobs.append((chosen.selection.config, spec))
+        chosen = route(spec.entry, None, spec)
+        if chosen.kernel is not None and chosen.kernel.name.endswith("_prefill"):
+            jobs.append((chosen.kernel.name, chosen.selection.config, spec))
     return jobs
 
 
 def build(job: tuple) -> str:
-    from tileops.kernels.launch.chunked import PrefillLauncher
+    from tileops.kernels.registry import get_kernel
 
-    config, spec = job
-    PrefillLauncher(config, spec)
-    return f"{spec.mode} {spec.dtype} H{spec.heads}/{spec.value_heads} K{spec.dim_k} {config.to_json()}"
+    name, config, spec = job
+    get_kernel(name).build(config, spec)
+    return f"{name} {spec.mode} {spec.dtype} H{spec.heads}/{spec.value_heads} K{spec.dim_k} {config.to_json()}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--ops-only", action="store_true", help="only the op-level tests' and benchmark rows' builds")
     args = parser.parse_args()
     jobs, seen = [], set()
-    for config, spec in prefill_jobs() + op_jobs():
-        key = (config.to_json(), spec.program_facts)
+    for name, config, spec in ([] if args.ops_only else [("tl.gdn_prefill", *job) for job in prefill_jobs()]) + op_jobs():
+        key = (name, config.to_json(), spec.program_facts)
         if key not in seen:
             seen.add(key)
-            jobs.append((config, spec))
+            jobs.append((name, config, spec))
     print(f"compiling {len(jobs)} prefill builds for {ARCH}", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(build, jobs):

@@ -6,7 +6,7 @@ import torch
 
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels import hardware
-from tileops.kernels.gdn.prefill import default
+from tileops.kernels.prefill_kernel import default
 
 
 def call(batch: int, device: str = "cuda") -> CallSpec:

@@ -91,14 +91,19 @@ def warm_rows(k, g, beta, plan, reach, has_init, sequences):
 def schedule(q, k, v, g, beta, h0, lengths, piece_chunks, scale, reach=0):
     """(o [T, HV, V], final [N, HV, K, V]) of packed sequences [T, H, .] through the exact schedule:
     every piece that does not start its sequence from its entry state (``reach`` 0), or only those
-    whose warm-up would reach back more than ``reach`` chunks."""
+    whose warm-up would reach back more than ``reach`` chunks. ``g`` None: no gate (DeltaNet), the
+    programs' log decays 0 and the plan's ``exact_rows`` in place of ``warm_start``'s."""
     heads, value_heads = k.shape[1], v.shape[1]
     group = value_heads // heads
     plan = host_plan(lengths, piece_chunks, C, value_heads, CPU)
     ep = entry_plan(lengths, piece_chunks, C, value_heads, CPU)
     has_init = int(h0 is not None)
     dim, n = k.shape[2], len(lengths)
-    begin, rows = warm_rows(k, g, beta, plan, reach, has_init, n)
+    if g is None:
+        g = torch.zeros_like(beta)
+        begin, rows = plan.starts.long(), plan.exact_rows[has_init].long()
+    else:
+        begin, rows = warm_rows(k, g, beta, plan, reach, has_init, n)
 
     def piece(hv, lo, hi):
         h = hv // group
@@ -187,6 +192,20 @@ def test_the_exact_schedule_is_the_recurrence(rng, gates, lengths, piece_chunks,
     ref_o, ref_final = reference(q, k, v, g, beta, h0, lengths, scale)
     assert relative(o, ref_o) <= 1e-12
     assert relative(final, ref_final) <= 1e-12
+
+
+@pytest.mark.parametrize("lengths, piece_chunks, init", CUTS)
+def test_without_a_gate_every_later_piece_starts_from_its_exact_entry(rng, lengths, piece_chunks, init):
+    # DeltaNet through the same programs: no g read, no warm_start launch (the plan's exact rows).
+    q, k, v, _, beta, h0 = inputs(rng, lengths, 1, 2, 16, "zero", init)
+    o, final = schedule(q, k, v, None, beta, h0, lengths, piece_chunks, 0.25)
+    cu = torch.tensor([0, *lengths]).cumsum(0)
+    ref_o, ref_final = recurrent_delta_rule(q[None], k[None], v[None], beta[None], None, scale=0.25,
+                                            initial_state=h0, cu_seqlens=cu)
+    assert relative(o, ref_o[0]) <= 1e-12 and relative(final, ref_final) <= 1e-12
+    plan = host_plan(lengths, piece_chunks, C, 2, CPU)
+    later = plan.start != plan.first
+    assert (plan.exact_rows[1][later] >= len(lengths)).all() and (plan.exact_rows[1][~later, 0] == plan.seq[~later]).all()
 
 
 @pytest.mark.parametrize("gates", GATE_KINDS)

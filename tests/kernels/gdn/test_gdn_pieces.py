@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tileops.kernels.plans.pieces import host_plan, piece_bounds, piece_width, plan_for
-from tileops.kernels.gdn.prefill import GDNPrefillConfig
+from tileops.kernels.prefill_kernel import PrefillConfig
 from tileops.kernels.hardware import ARCH_SMS
 
 CPU = torch.device("cpu")
@@ -86,10 +86,10 @@ def test_piece_width_fills_the_sms_with_few_cuts():
     assert piece_width(32, 8, SMS) == 0  # too short to cut
     for walks, chunks in ((32, 512), (64, 128), (16, 1024), (100, 300)):
         width = piece_width(walks, chunks, SMS)
-        assert width in GDNPrefillConfig.choices()["piece_chunks"] and 0 < width < chunks
+        assert width in PrefillConfig.choices()["piece_chunks"] and 0 < width < chunks
         assert walks * -(-chunks // width) > walks  # more CTAs than uncut walks
         assert -(-chunks // width) * walks <= 4 * SMS * -(-walks // SMS)  # within a few waves
-    assert piece_width(SMS, 64, SMS) in GDNPrefillConfig.choices()["piece_chunks"]
+    assert piece_width(SMS, 64, SMS) in PrefillConfig.choices()["piece_chunks"]
 
 
 def test_explain_says_how_few_long_sequences_run_whatever_the_gates():

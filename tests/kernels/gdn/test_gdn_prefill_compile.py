@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config, refuse
+from tileops.kernels.gdn.prefill import KERNEL
+from tileops.kernels.prefill_kernel import PrefillConfig, default, fused_config
 from tileops.kernels.hardware import SMEM_BYTES
 from tileops.kernels.plans.tiles import fused_smem_bytes
 from tileops.kernels.registry import get_kernel
@@ -27,7 +28,7 @@ def spec(mode: str = "prefill", dtype: torch.dtype = torch.bfloat16, heads: int 
 def test_registered_with_its_modules():
     kernel = get_kernel("tl.gdn_prefill")
     assert kernel.family == "gdn" and kernel.archs == frozenset({"sm90"})
-    assert kernel.config_model is GDNPrefillConfig
+    assert kernel.config_model is PrefillConfig
 
 
 @pytest.mark.parametrize("call, words", [
@@ -39,12 +40,12 @@ def test_registered_with_its_modules():
     (spec(heads=3, value_heads=4), "multiple of H"),
 ])
 def test_refuses_in_words(call, words):
-    assert words in refuse(call)
+    assert words in KERNEL.refuse(call)
 
 
 def test_serves_prefill_and_varlen():
-    assert refuse(spec()) is None
-    assert refuse(spec(mode="varlen", dtype=torch.float16, dim=64)) is None
+    assert KERNEL.refuse(spec()) is None
+    assert KERNEL.refuse(spec(mode="varlen", dtype=torch.float16, dim=64)) is None
 
 
 def test_default_is_valid_and_splits_v_when_few_short_sequences():
@@ -66,8 +67,8 @@ def test_default_holds_the_state_value_major_once_64_wide_tiles_fill_half_the_sm
 
 def test_every_value_of_the_space_is_valid_and_others_are_refused_by_name():
     kernel = get_kernel("tl.gdn_prefill")
-    space = GDNPrefillConfig.choices()
-    assert set(space) == set(GDNPrefillConfig.model_fields)
+    space = PrefillConfig.choices()
+    assert set(space) == set(PrefillConfig.model_fields)
     for field, values in space.items():
         for value in values:
             assert getattr(kernel.validate_config({field: value}), field) == value
@@ -82,7 +83,7 @@ def test_the_tuner_can_reach_every_value_of_the_space():
     import itertools
 
     kernel = get_kernel("tl.gdn_prefill")
-    space = GDNPrefillConfig.choices()
+    space = PrefillConfig.choices()
     calls = (spec(batch=8), spec(dim=64, heads=2, value_heads=4))
     seen = {field: set() for field in space}
     for values in itertools.product(*space.values()):
@@ -136,7 +137,7 @@ def test_config_constraints(config, dim, words):
         kernel.validate_config(config, spec(dim=dim))
 
 
-def compile_both(call: CallSpec, config: GDNPrefillConfig):
+def compile_both(call: CallSpec, config: PrefillConfig):
     from tileops.kernels.launch.chunked_programs import compile_chain, compile_prep
 
     return compile_prep(config, call), compile_chain(config, call)
@@ -161,12 +162,12 @@ def test_varlen_with_every_transform_compiles():
     call = spec(mode="varlen", dtype=torch.float16, heads=2, value_heads=4, dim=64, batch=1000,
                 use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
                 state_v_first=True, use_gate_in_kernel=True)
-    config = GDNPrefillConfig(block_v=32, threads=128)
+    config = PrefillConfig(block_v=32, threads=128)
     prep, chain = compile_both(call, config)
     # The sequence count is a run-time value too.
     again = compile_both(replace(call, batch=3), config)
     assert again[0] is prep and again[1] is chain
-    value_major = compile_both(call, GDNPrefillConfig(state_major="value", block_v=64, threads=128))[1]
+    value_major = compile_both(call, PrefillConfig(state_major="value", block_v=64, threads=128))[1]
     assert value_major is not chain and runtime_dims(value_major)
 
 
@@ -223,7 +224,7 @@ def test_value_major_chain_with_paired_waits_compiles_within_the_sms_budgets():
     from tileops.kernels.launch.chunked_programs import compile_chain
 
     call = spec(batch=4, value_heads=16)
-    serial = GDNPrefillConfig(state_major="value", block_v=64, threads=128, num_stages=2)
+    serial = PrefillConfig(state_major="value", block_v=64, threads=128, num_stages=2)
     paired = serial.model_copy(update=dict(walk_issue="paired"))
     get_kernel("tl.gdn_prefill").validate_config(paired, call)
     chain = compile_chain(paired, call)

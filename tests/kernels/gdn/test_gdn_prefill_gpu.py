@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.gdn.prefill import GDNPrefillConfig, default, fused_config, refuse
+from tileops.kernels.gdn.prefill import KERNEL
+from tileops.kernels.prefill_kernel import PrefillConfig, default, fused_config
 from tileops.linear_attention import GDNFwdOp
 from tileops.tuner.gate import in_float64, relative_error
 
@@ -79,14 +80,14 @@ FUSED_LAYOUTS = {"fused": {}, "fused-matrix": dict(walk_moves="matrix"), "fused-
 LAYOUTS = ("default", "key", "value", "value-paired", *FUSED_LAYOUTS)
 
 
-def layout_config(layout: str, spec: CallSpec) -> GDNPrefillConfig:
+def layout_config(layout: str, spec: CallSpec) -> PrefillConfig:
     """The config a test runs ``spec`` with in ``layout``."""
     if layout in FUSED_LAYOUTS:
         return fused_config(spec.dim_v, **FUSED_LAYOUTS[layout])
     value = dict(state_major="value", block_v=64, threads=128, num_stages=2)
     forced = {"key": dict(block_v=32, threads=256, num_stages=1), "value": value,
               "value-paired": dict(value, walk_issue="paired")}.get(layout)
-    return default(spec) if forced is None else GDNPrefillConfig(**forced)
+    return default(spec) if forced is None else PrefillConfig(**forced)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -99,7 +100,7 @@ def test_equal_lengths_two_lengths_one_build(case, init, layout):
     dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim", "lengths"))
     B = 3
     spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=B, tokens=lengths[0], **case)
-    assert refuse(spec) is None
+    assert KERNEL.refuse(spec) is None
     launch = PrefillLauncher(layout_config(layout, spec), spec)
     gen = torch.Generator(device="cuda").manual_seed(len(lengths) + init)
     for T in lengths:  # a new length runs on the same compiled kernels

@@ -1,3 +1,3 @@
-"""DeltaNet TileLang kernels (the delta rule without a gate): single-token decode."""
+"""DeltaNet TileLang kernels (the delta rule without a gate): chunked prefill and single-token decode."""
 
-from tileops.kernels.deltanet import decode  # noqa: F401  (registers its kernel)
+from tileops.kernels.deltanet import decode, prefill  # noqa: F401  (both register their kernels)

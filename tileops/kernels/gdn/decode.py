@@ -9,7 +9,7 @@ once with no host sync, so it can be captured in a CUDA graph.
 from __future__ import annotations
 
 from tileops.kernels.decode_kernel import register_decode
-from tileops.kernels.gdn.calls import HALF_DTYPES
+from tileops.kernels.calls import HALF_DTYPES
 from tileops.kernels.plans.decode_tile import DELTA_SCALAR
 
 KERNEL = register_decode("tl.gdn_decode", "gdn", DELTA_SCALAR, ("decode",), HALF_DTYPES, "tileops.kernels.gdn.decode")

@@ -25,18 +25,20 @@ from tileops.kernels.plans.pieces import plan_for
 class PrefillLauncher:
     """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``."""
 
-    def __init__(self, config: KernelConfig, spec: CallSpec):
+    def __init__(self, config: KernelConfig, spec: CallSpec, gated: bool = True):
         self.config = config
         self.spec = spec
+        self.gated = gated
         self.varlen = spec.mode == "varlen"
         self.value_first = bool(spec.flag("state_v_first", False))
-        self.fused = compile_fused(config, spec) if config.fused else None
+        self.fused = compile_fused(config, spec, gated) if config.fused else None
         pieces = bool(config.piece_chunks)
-        self.warm_start = compile_warm_start(config, spec) if pieces else None
-        self.summary = compile_summary(config, spec) if pieces else None
+        # Without a gate nothing is forgotten: every later piece takes its exact entry, no warm-up.
+        self.warm_start = compile_warm_start(config, spec, gated) if pieces and gated else None
+        self.summary = compile_summary(config, spec, gated) if pieces else None
         self.piece_entries = compile_piece_entries(spec) if pieces else None
         self.chain = None if config.fused else compile_chain(config, spec)
-        self.prep = None if config.fused else compile_prep(config, spec)
+        self.prep = None if config.fused else compile_prep(config, spec, gated)
         self._no_gate: Optional[torch.Tensor] = None
 
     def no_gate(self, device: torch.device) -> torch.Tensor:
@@ -91,8 +93,9 @@ class PrefillLauncher:
         flat_q = packed(q, tokens, H, K)
         flat_k = packed(k, tokens, H, K)
         flat_v = packed(v, tokens, HV, V)
-        flat_g = packed(g.float(), tokens, HV)
         flat_beta = packed(beta.float(), tokens, HV)
+        # Without a gate the programs read no g: β, of its shape and dtype, stands in for it.
+        flat_g = packed(g.float(), tokens, HV) if self.gated else flat_beta
         a_log = self.no_gate(q.device) if A_log is None else packed(A_log.float(), HV)
         bias = self.no_gate(q.device) if dt_bias is None else packed(dt_bias.float(), HV)
 
@@ -111,7 +114,10 @@ class PrefillLauncher:
             plan = plan_for(self.config.piece_chunks, C, HV, B, T, bounds, cu_seqlens_cpu, q.device)
             inputs = (flat_q, flat_k, flat_v, flat_g, flat_beta, a_log, bias)
             if plan.cut:
-                begin, init_row = self.warm_starts(plan, inputs, has_init, len(plan.lengths))
+                if self.gated:
+                    begin, init_row = self.warm_starts(plan, inputs, has_init, len(plan.lengths))
+                else:
+                    begin, init_row = plan.starts, plan.exact_rows[has_init]
                 h0 = self.exact_entries(plan, inputs, initial_state, init_row)
             else:  # every piece a whole sequence: one launch, from the initial state
                 begin, init_row = plan.starts, plan.entry_rows[has_init]

@@ -41,37 +41,38 @@ def sequences(spec: CallSpec, pieces: bool = False) -> str:
     return "pieces" if pieces else "packed" if spec.mode == "varlen" else "equal"
 
 
-def transform_flags(spec: CallSpec) -> dict:
-    """The input transforms the call asks the kernel for, and the token dtype."""
-    return dict(dtype=_TL_DTYPES[spec.dtype], l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
+def transform_flags(spec: CallSpec, gated: bool) -> dict:
+    """The input transforms the call asks the kernel for (``gated``: whether its family has a
+    gate), and the token dtype."""
+    return dict(dtype=_TL_DTYPES[spec.dtype], gated=gated, l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
                 gate_in_kernel=bool(spec.flag("use_gate_in_kernel", False)),
                 beta_sigmoid=bool(spec.flag("use_beta_sigmoid_in_kernel", False)),
                 neg_eigval=bool(spec.flag("allow_neg_eigval", False)))
 
 
-def compile_prep(config: KernelConfig, spec: CallSpec):
+def compile_prep(config: KernelConfig, spec: CallSpec, gated: bool = True):
     """The first pass for ``spec``."""
     program = prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
-                           sequences=sequences(spec), scale=query_scale(spec), **transform_flags(spec))
+                           sequences=sequences(spec), scale=query_scale(spec), **transform_flags(spec, gated))
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
-def compile_fused(config: KernelConfig, spec: CallSpec):
+def compile_fused(config: KernelConfig, spec: CallSpec, gated: bool = True):
     """The fused kernel for ``spec``."""
     program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
                             sequences=sequences(spec, bool(config.piece_chunks)), scale=query_scale(spec),
-                            **transform_flags(spec))
+                            **transform_flags(spec, gated))
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
-def compile_summary(config: KernelConfig, spec: CallSpec):
+def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True):
     """The pieces' summaries for ``spec``'s exact schedule: each piece's state and transition."""
     program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves="elementwise", walk_issue=config.walk_issue, stages=config.num_stages,
-                            sequences="pieces", scale=query_scale(spec), summary=True, **transform_flags(spec))
+                            sequences="pieces", scale=query_scale(spec), summary=True, **transform_flags(spec, gated))
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
@@ -82,11 +83,11 @@ def compile_piece_entries(spec: CallSpec):
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 
-def compile_warm_start(config: KernelConfig, spec: CallSpec):
+def compile_warm_start(config: KernelConfig, spec: CallSpec, gated: bool = True):
     """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product); with
     the exact schedule, which pieces reach too far back and take their entry states instead."""
     program = warm_start_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
-                                 chunk=config.chunk_size, reach=WARM_REACH, **transform_flags(spec))
+                                 chunk=config.chunk_size, reach=WARM_REACH, **transform_flags(spec, gated))
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 

@@ -20,6 +20,9 @@ import torch
 
 PIECE_WIDTHS = (16, 32, 64, 128)  # the chunks a piece of a cut sequence may span
 WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, about e^-0.1 a token
+SUMMARY_COST = 0.8  # a summary job's chunk against a walk's (docs/exact-pieces.md)
+# One step Φ S of an entry chain in walk chunks: 128³ fp32 FMAs on one SM's 128 lanes, about 9 µs.
+CHAIN_STEP = 3
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,9 @@ class PiecePlan:
     state is the sequence's final state, else −1). ``starts``: ``start`` repeated for every value
     head ([P, HV]), where the walk of uncut pieces begins per CTA, and ``entry_rows`` [2, P, HV]
     where it takes each piece's initial state: −1 (zeros) in ``[0]``, its sequence's row of the
-    initial state in ``[1]``. On the device, int32. ``cut``: some piece starts after its
+    initial state in ``[1]``; ``exact_rows`` [2, P, HV] the same where every piece after its
+    sequence's first takes its exact entry, row N + p (``plans.entries``; a host plan's only).
+    On the device, int32. ``cut``: some piece starts after its
     sequence's first token (it needs a warm-up or an exact entry). ``pinned``: the host tables
     they were copied from, kept so that a CUDA graph that captured the copies replays them from
     live memory. ``lengths``: the sequence lengths a host plan was built from (none for offsets
@@ -45,6 +50,7 @@ class PiecePlan:
     cut: bool
     pinned: tuple = ()
     lengths: tuple = ()
+    exact_rows: Optional[torch.Tensor] = None
 
     @property
     def count(self) -> int:
@@ -86,11 +92,14 @@ def host_plan(lengths: tuple[int, ...], piece_chunks: int, chunk: int, value_hea
     order = sorted(range(len(bounds)), key=lambda i: bounds[i][0] - bounds[i][1])
     pieces = [(*bounds[i], bounds[i][3] if last[i] else -1) for i in order]
     table = torch.tensor([[p[i] for p in pieces] for i in range(5)], dtype=torch.int32)
-    wide = torch.stack([table[0], torch.full_like(table[3], -1), table[3]])
-    wide = wide.unsqueeze(2).expand(3, len(pieces), value_heads).contiguous()
+    later = table[0] != table[2]  # pieces after their sequence's first
+    entry = torch.arange(len(pieces), dtype=torch.int32) + len(lengths)
+    wide = torch.stack([table[0], torch.full_like(table[3], -1), table[3],
+                        torch.where(later, entry, -1), torch.where(later, entry, table[3])])
+    wide = wide.unsqueeze(2).expand(5, len(pieces), value_heads).contiguous()
     (narrow, narrow_host), (broad, broad_host) = to_device(table, device), to_device(wide, device)
-    return PiecePlan(*narrow.unbind(0), broad[0], broad[1:], any(p[0] != p[2] for p in pieces),
-                     pinned=(narrow_host, broad_host), lengths=lengths)
+    return PiecePlan(*narrow.unbind(0), broad[0], broad[1:3], bool(later.any()), pinned=(narrow_host, broad_host),
+                     lengths=lengths, exact_rows=broad[3:])
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,16 +120,20 @@ def whole_plan(bounds: torch.Tensor, value_heads: int) -> PiecePlan:
     return PiecePlan(bounds[:-1], bounds[1:], bounds[:-1], row, row, starts, entry_rows, False, pinned)
 
 
-def piece_width(walks: int, chunks: int, sms: int) -> int:
+def piece_width(walks: int, chunks: int, sms: int, exact: bool = False) -> int:
     """The piece width (in chunks; 0 for whole sequences) that a model of the fused kernel's time
     likes best: the waves of CTAs over ``sms`` SMs times the chunks each walks, a piece's warm-up
-    of WARM_CHUNKS chunks included once sequences are cut. Ties go to the wider pieces (fewer
-    warm-ups)."""
+    of WARM_CHUNKS chunks included once sequences are cut, or with ``exact`` (no gate: every later
+    piece takes its exact entry) the waves of summary jobs before the walk, SUMMARY_COST of a walk
+    chunk each, and the entry chain's CHAIN_STEP per middle piece. Ties go to the wider pieces (fewer warm-ups or summaries)."""
     best, best_cost = 0, -(-walks // sms) * chunks
     for width in sorted(PIECE_WIDTHS, reverse=True):
         if width >= chunks:
             continue
-        cost = -(-walks * -(-chunks // width) // sms) * (width + WARM_CHUNKS)
+        pieces = -(-chunks // width)
+        cost = -(-walks * pieces // sms) * (width + (0 if exact else WARM_CHUNKS))
+        if exact:  # R of every piece but the last, Φ of every middle one
+            cost += -(-walks * (2 * pieces - 3) // sms) * width * SUMMARY_COST + (pieces - 2) * CHAIN_STEP
         if cost < best_cost:
             best, best_cost = width, cost
     return best

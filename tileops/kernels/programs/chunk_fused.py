@@ -50,14 +50,14 @@ STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-
 
 
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
-                  sequences: str, state_v_first: bool, l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool,
-                  neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
+                  sequences: str, state_v_first: bool, l2norm: bool, gated: bool, gate_in_kernel: bool,
+                  beta_sigmoid: bool, neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
                   stages: int = FUSED_STAGES, summary: bool = False):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Arguments: q, k, v, g, beta, a_log, dt_bias, h0, then the tables of ``sequences`` (equal,
-    packed or pieces: ``blocks.entry``), o, ht; g, beta, A_log and dt_bias in fp32. Grid (HV, N)
-    or (HV, P) for pieces; threads: one warpgroup per 64 value rows and one more. ``walk_moves``
+    packed or pieces: ``blocks.entry``), o, ht; g, beta, A_log and dt_bias in fp32 (g is not read
+    without ``gated``). Grid (HV, N) or (HV, P) for pieces; threads: one warpgroup per 64 value rows and one more. ``walk_moves``
     and ``walk_issue``: how the walk moves Vᵀ in and Oᵀ out and how its products wait
     (``walk_step``'s ``moves`` and ``issue``). ``stages``: the input stages, 2 or 3 (with 3 the
     matrix moves put the output through the V tile). The V and output tiles are in the copy
@@ -106,7 +106,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                                    moves=walk_moves, issue=walk_issue, masked=False, outputs=not summary)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
-    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
+    transform = input_transforms(gated=gated, gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
+                                 neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True, wait=False, queries=not summary)
     gates, pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype,
                                                             queries=not summary)
@@ -119,7 +120,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             T.tma_copy(q[t0:t0 + C, h, :], q_s[s, :, :], barrier=loaded[s])
         T.tma_copy(k[t0:t0 + C, h, :], k_s[s, :, :], barrier=loaded[s])
         T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
-        T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
+        if gated:  # without a gate g is not read
+            T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
         T.async_copy(beta[t0:t0 + C, hv], bi_s[s, :])
         T.cp_async_barrier_noinc(loaded[s])
 

@@ -31,7 +31,7 @@ from tileops.kernels.plans.tiles import PAD, ROW_PAD
 
 
 def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
-                 l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float):
+                 l2norm: bool, gated: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Arguments: q, k, g, beta, a_log, dt_bias, then the tables of ``sequences`` (equal or packed:
@@ -54,7 +54,8 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
                ("f_out", T.Tensor([4, HV, tokens], accum))]
 
     products = key_products(rows=C, width=K, l2norm=l2norm)
-    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
+    transform = input_transforms(gated=gated, gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
+                                 neg_eigval=neg_eigval)
     solve = wy_solve(C, dtype)
     clear = upper_clear(C)
 
@@ -110,7 +111,8 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
             beg_s[tx] = T.max(s_beg - t0, 0)
             end_s[tx] = T.max(T.min(s_end - t0, C) - 1, 0)
             if t < s_end and t < tokens and s_beg <= t:
-                transform(T.cast(g[t, hv], accum), T.cast(beta[t, hv], accum), a_log, dt_bias, hv, g_s, b_s, tx)
+                raw_g = T.cast(g[t, hv], accum) if gated else 0.0  # without a gate g is not read
+                transform(raw_g, T.cast(beta[t, hv], accum), a_log, dt_bias, hv, g_s, b_s, tx)
             else:
                 g_s[tx] = 0.0
                 b_s[tx] = 0.0

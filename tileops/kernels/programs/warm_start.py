@@ -26,7 +26,7 @@ THREADS = 128  # a chunk's keys [64, K] squared and summed by row at once
 
 
 def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, l2norm: bool,
-                       gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, reach: int):
+                       gated: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, reach: int):
     """The TileLang program: per (value head, piece), the warm-up's first token and initial row.
 
     Inputs per piece: ``start`` (its first token), ``first`` (its sequence's first token; pieces
@@ -41,7 +41,8 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
     group = HV // H
     tokens = T.dynamic("tokens")
     count = T.dynamic("pieces")
-    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval)
+    transform = input_transforms(gated=gated, gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
+                                 neg_eigval=neg_eigval)
 
     @T.prim_func
     def warm_start(
@@ -75,7 +76,8 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
             for c in T.serial(T.min(available, reach)):
                 t0 = start[p] - (c + 1) * C  # a whole chunk of the sequence: pieces start on chunk bounds
                 if tx < C:
-                    transform(g[t0 + tx, hv], beta[t0 + tx, hv], a_log, dt_bias, hv, g_s, b_s, tx)
+                    raw_g = g[t0 + tx, hv] if gated else 0.0  # without a gate g is not read
+                    transform(raw_g, beta[t0 + tx, hv], a_log, dt_bias, hv, g_s, b_s, tx)
                 if l2norm:
                     for i in T.Parallel(C):  # the kernel's keys have norm at most one
                         a_s[i] = g_s[i] + T.max(T.log(T.abs(1.0 - b_s[i])), 0.0)

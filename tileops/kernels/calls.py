@@ -1,4 +1,4 @@
-"""What every GDN kernel takes of a call: 16-bit tokens, a square 64- or 128-wide state, and value
+"""What every delta-rule kernel takes of a call: 16-bit tokens, a square 64- or 128-wide state, and value
 heads a multiple of the key heads."""
 
 from __future__ import annotations
