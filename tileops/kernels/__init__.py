@@ -15,7 +15,11 @@ Layout (the shared layer never imports a family; families import only the shared
 - ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
   ``entries`` (the exact schedule of cut sequences), ``packing``, ``decode_tile``
 - ``launch/``: compiling a config's programs for a call and launching them
+- ``prefill_kernel``: the chunked prefill of the delta-rule families (``PrefillConfig``, its
+  constraints ``tile_problem``, refusals, ``default``, ``plan``), registered per family by
+  ``register_prefill`` with its gate (none or one per head) and its ops' argument order
 - ``decode_kernel``: one family's decode kernel from the shared decode pieces
+- ``calls``: what every kernel takes of a call (16-bit tokens, square 64- or 128-wide state)
 - ``base`` (``KernelDef``), ``config`` (``KernelConfig``), ``registry``, ``code_hash`` (the
   hash tuning rows carry: the kernel's code as parsed, so text edits and moves keep rows fresh)
 - ``reference_kernels``: the PyTorch ``reference`` target of every op
@@ -24,21 +28,23 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
 
 - GDN (scalar gate, delta rule): reference ``tileops/reference/delta_rule`` (``naive``: the
   recurrence, ``chunk``: the chunked form) with the gate in ``reference/transforms.gdn_gate``,
-  served on CPU by ``reference_kernels``; kernels
-  ``gdn/prefill.py`` (``tl.gdn_prefill``: ``programs.chunk_prep`` + ``chain_key`` /
-  ``chain_value``, or ``chunk_fused``; cut into pieces, with ``warm_start`` and the exact
-  schedule of ``plans.entries``) and ``gdn/decode.py``
-  (``tl.gdn_decode``: ``programs.decode`` through ``decode_kernel``). In each: the config space
-  (``GDNPrefillConfig``; the shared ``DecodeConfig``), its constraints (``tile_problem``),
-  refusals (``refuse``), ``default`` and the ``register`` call. Tuning key: ``tileops.dispatch.key.key_for`` (kernel name, arch,
-  device, dtype, widths, program flags, shape buckets); rows carry ``KernelDef.source_hash``.
-- DeltaNet (no gate, delta rule; reference ``reference/delta_rule`` without g), KDA (per-channel
-  gate, delta rule; its gate in ``reference/transforms.kda_gate``), GLA (per-channel gate, no
-  delta rule; reference ``reference/gla``): ``deltanet/decode.py``, ``kda/decode.py`` and
-  ``gla/decode.py`` register ``tl.deltanet_decode``, ``tl.kda_decode`` and ``tl.gla_decode``, each
-  a ``DecodeRule`` (gate, delta rule) and its ops' argument order on the shared decode pieces
-  (``decode_kernel``: ``plans.decode_tile``'s ``DecodeConfig``, ``default_config`` and
-  ``decode_problem``, ``programs.decode``, ``launch.decode``). Their prefill and chunked ops are
-  served by ``reference_kernels``; their prefill kernels are to come beside these, adding only
-  their config space, refusals, default, registration and the blocks the shared layer lacks.
+  served on CPU by ``reference_kernels``; kernels ``gdn/prefill.py`` (``tl.gdn_prefill`` on
+  ``prefill_kernel``: ``programs.chunk_prep`` + ``chain_key`` / ``chain_value``, or
+  ``chunk_fused``; cut into pieces, with ``warm_start`` and the exact schedule of
+  ``plans.entries``) and ``gdn/decode.py`` (``tl.gdn_decode``: ``programs.decode`` through
+  ``decode_kernel``). Tuning key: ``tileops.dispatch.key.key_for`` (kernel name, arch, device,
+  dtype, widths, program flags, shape buckets); rows carry ``KernelDef.source_hash``.
+- DeltaNet (no gate, delta rule; reference ``reference/delta_rule`` without g):
+  ``deltanet/prefill.py`` (``tl.deltanet_prefill``: ``prefill_kernel`` without a gate, every
+  cut piece from its exact entry) and ``deltanet/decode.py`` (``tl.deltanet_decode``: its
+  ``DecodeRule`` on the shared decode pieces, also the one-step op). Its chunked training ops
+  are served by ``reference_kernels``.
+- KDA (per-channel gate, delta rule; its gate in ``reference/transforms.kda_gate``) and GLA
+  (per-channel gate, no delta rule; reference ``reference/gla``): ``kda/decode.py`` and
+  ``gla/decode.py`` register ``tl.kda_decode`` and ``tl.gla_decode``, each a ``DecodeRule``
+  (gate, delta rule) and its ops' argument order on the shared decode pieces (``decode_kernel``:
+  ``plans.decode_tile``'s ``DecodeConfig``, ``default_config`` and ``decode_problem``,
+  ``programs.decode``, ``launch.decode``). Their prefill and chunked ops are served by
+  ``reference_kernels``; their prefill kernels are to come beside these, adding only their
+  config space, refusals, default, registration and the blocks the shared layer lacks.
 """

@@ -1,0 +1,102 @@
+"""Device script for DeltaNet's few long sequences: the piece width of the exact schedule.
+
+    python bench/studies/deltanet_pieces.py --compile   # fill TileLang's cache (works without a GPU)
+    python bench/studies/deltanet_pieces.py             # on the GPU: errors, then a table of ms
+
+For B1×T32768 and B4×T8192 at H16 (bf16, K = V = 128, the issue's rows) and each piece width:
+the error of o and the final state against the float64 reference, the median ms of the call,
+and its launches apart (summaries and entries, then the walk). Without a gate every piece after
+a sequence's first takes its exact entry; a width as long as the sequence walks it whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tileops.callspec import CallSpec, make_flags  # noqa: E402
+from tileops.kernels.prefill_kernel import fused_config  # noqa: E402
+from tileops.kernels.plans.pieces import PIECE_WIDTHS  # noqa: E402
+
+ROWS = {"B1": (1, 32768, 16), "B4": (4, 8192, 16)}
+
+
+def spec_of(batch, tokens, heads, device):
+    return CallSpec(op="deltanet", entry="DeltaNetFwdOp", mode="prefill", dtype=torch.bfloat16, device=device,
+                    arch="sm90", device_name="NVIDIA H200", batch=batch, tokens=tokens, heads=heads,
+                    value_heads=heads, dim_k=128, dim_v=128,
+                    flags=make_flags(scale=128 ** -0.5, use_qk_l2norm_in_kernel=False, has_initial_state=True))
+
+
+def inputs(batch, tokens, heads, seed=1):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+    q = randn((batch, tokens, heads, 128)).bfloat16()
+    k = F.normalize(randn((batch, tokens, heads, 128)), dim=-1).bfloat16()
+    v = randn((batch, tokens, heads, 128)).bfloat16()
+    beta = torch.rand((batch, tokens, heads), generator=gen, device="cuda") * 0.9 + 0.05
+    h0 = 0.1 * randn((batch, heads, 128, 128))
+    return q, k, v, beta, h0
+
+
+def error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def main() -> None:
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--rows", nargs="*", default=list(ROWS))
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    results = []
+    for name in args.rows:
+        batch, tokens, heads = ROWS[name]
+        spec = spec_of(batch, tokens, heads, device)
+        built = {w: PrefillLauncher(fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=w), spec,
+                                    gated=False) for w in PIECE_WIDTHS}
+        if args.compile:
+            continue
+        from tileops.kernels.plans.pieces import plan_for
+        from tileops.linear_attention import DeltaNetFwdOp
+        from tileops.tuner.timing import time_cuda
+
+        q, k, v, beta, h0 = inputs(batch, tokens, heads)
+        ro, rh = DeltaNetFwdOp(scale=128 ** -0.5, target="reference")(*(x.double() for x in (q, k, v, beta, h0)))
+        for width, launch in built.items():
+            o, ht = launch(q, k, v, None, beta, h0)
+            torch.cuda.synchronize()
+            row = dict(row=name, width=width, o_err=error(o, ro), state_err=error(ht, rh),
+                       ms=time_cuda(lambda: launch(q, k, v, None, beta, h0)).median_ms)
+            plan = plan_for(width, 64, heads, batch, tokens, None, None, device)
+            if plan.cut:
+                flat = (q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, heads, 128),
+                        beta.reshape(-1, heads), beta.reshape(-1, heads), *([launch.no_gate(device)] * 2))
+                begin, rows = plan.starts, plan.exact_rows[1]
+                row["entries_ms"] = time_cuda(lambda: launch.exact_entries(plan, flat, h0, rows)).median_ms
+                entries = launch.exact_entries(plan, flat, h0, rows)
+                o_flat, final = torch.empty_like(v).view(-1, heads, 128), torch.empty_like(h0)
+                row["walk_ms"] = time_cuda(lambda: launch.walk_pieces(plan, flat, entries, begin, rows, o_flat,
+                                                                      final)).median_ms
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    if results:
+        print(f"\n{'row':4} {'width':>5} {'ms':>7} {'entries':>8} {'walk':>7} {'o err':>9} {'S err':>9}")
+        for r in results:
+            print(f"{r['row']:4} {r['width']:5} {r['ms']:7.4f} {r.get('entries_ms', 0):8.4f} "
+                  f"{r.get('walk_ms', 0):7.4f} {r['o_err']:9.2e} {r['state_err']:9.2e}")
+
+
+if __name__ == "__main__":
+    main()
