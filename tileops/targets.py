@@ -33,6 +33,7 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "GDNFwdOp": ("tl.gdn_decode", "tl.gdn_prefill"),
     "DeltaNetFwdOp": ("tl.deltanet_decode", "tl.deltanet_prefill"),
     "DeltaNetRecurrentFwdOp": ("tl.deltanet_decode",),
+    "DeltaNetChunkFwdOp": ("tl.deltanet_chunk_fwd",),
     "KDAFwdOp": ("tl.kda_decode",),
     "GLAFwdOp": ("tl.gla_decode",),
     "GLARecurrentFwdOp": ("tl.gla_decode",),

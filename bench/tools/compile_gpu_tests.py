@@ -1,5 +1,5 @@
 """Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
-(GDN's and DeltaNet's) and the DeltaNet benchmark rows build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
+(GDN's and DeltaNet's, the chunked training forward's) and the DeltaNet benchmark rows build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
 
     python bench/tools/compile_gpu_tests.py [--jobs N]
 
@@ -86,6 +86,22 @@ def op_jobs() -> list[tuple]:
     return jobs
 
 
+def chunk_jobs() -> list[tuple]:
+    """(kernel, config, spec) of the chunked training forward's GPU tests."""
+    from tileops.callspec import CallSpec, make_flags
+    from tileops.kernels.deltanet.chunk_fwd import KERNEL
+    from tests.kernels.deltanet.test_deltanet_chunk_fwd_gpu import CASES
+
+    jobs = []
+    for batch, heads, length, dim, dtype, _ in CASES:
+        spec = CallSpec(op="deltanet", entry="DeltaNetChunkFwdOp", mode="chunk_fwd", dtype=dtype,
+                        device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME, batch=batch,
+                        tokens=length, heads=heads, value_heads=heads, dim_k=dim, dim_v=dim,
+                        flags=make_flags(chunk_size=64))
+        jobs.append((KERNEL.name, KERNEL.default(spec), spec))
+    return jobs
+
+
 def build(job: tuple) -> str:
     from tileops.kernels.registry import get_kernel
 
@@ -100,7 +116,7 @@ def main() -> None:
     parser.add_argument("--ops-only", action="store_true", help="only the op-level tests' and benchmark rows' builds")
     args = parser.parse_args()
     jobs, seen = [], set()
-    for name, config, spec in ([] if args.ops_only else [("tl.gdn_prefill", *job) for job in prefill_jobs()]) + op_jobs():
+    for name, config, spec in ([] if args.ops_only else [("tl.gdn_prefill", *job) for job in prefill_jobs()]) + op_jobs() + chunk_jobs():
         key = (name, config.to_json(), spec.program_facts)
         if key not in seen:
             seen.add(key)

@@ -11,7 +11,7 @@ Layout (the shared layer never imports a family; families import only the shared
   packed and pieces calls)
 - ``programs/``: whole programs composed from the blocks (``chunk_prep``, ``chain_key``,
   ``chain_value``, ``chunk_fused`` (also the pieces' summaries), ``warm_start``,
-  ``piece_entries``, ``decode``)
+  ``piece_entries``, ``wy_fast`` (w and u from the inverse), ``decode``)
 - ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
   ``entries`` (the exact schedule of cut sequences), ``packing``, ``decode_tile``
 - ``launch/``: compiling a config's programs for a call and launching them
@@ -37,8 +37,9 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
 - DeltaNet (no gate, delta rule; reference ``reference/delta_rule`` without g):
   ``deltanet/prefill.py`` (``tl.deltanet_prefill``: ``prefill_kernel`` without a gate, every
   cut piece from its exact entry) and ``deltanet/decode.py`` (``tl.deltanet_decode``: its
-  ``DecodeRule`` on the shared decode pieces, also the one-step op). Its chunked training ops
-  are served by ``reference_kernels``.
+  ``DecodeRule`` on the shared decode pieces, also the one-step op) and ``deltanet/chunk_fwd.py``
+  (``tl.deltanet_chunk_fwd``: ``launch.chunk_fwd``, the chunked training forward in BHSD). Its
+  chunked backward is served by ``reference_kernels``.
 - KDA (per-channel gate, delta rule; its gate in ``reference/transforms.kda_gate``) and GLA
   (per-channel gate, no delta rule; reference ``reference/gla``): ``kda/decode.py`` and
   ``gla/decode.py`` register ``tl.kda_decode`` and ``tl.gla_decode``, each a ``DecodeRule``

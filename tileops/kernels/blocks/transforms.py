@@ -24,16 +24,13 @@ def gate_transform(raw, a_log, dt_bias):
     return -T.exp(a_log + log_softplus(raw + dt_bias))
 
 
-def input_transforms(*, gated: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool):
+def input_transforms(*, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool):
     """A macro that writes one token's gate and step size, transformed as the flags say, into
-    row ``row`` of ``g_s`` and ``b_s``; the gate no lower than ``LOG_DECAY_FLOOR``, or 0 without a
-    gate (``gated`` False: ``raw_g`` is not read)."""
+    row ``row`` of ``g_s`` and ``b_s``; the gate no lower than ``LOG_DECAY_FLOOR``."""
 
     @T.macro
     def transform(raw_g, raw_b, a_log, dt_bias, hv, g_s, b_s, row):
-        if not gated:
-            g_s[row] = 0.0
-        elif gate_in_kernel:
+        if gate_in_kernel:
             g_s[row] = T.max(gate_transform(raw_g, T.cast(a_log[hv], "float32"), T.cast(dt_bias[hv], "float32")),
                              LOG_DECAY_FLOOR)
         else:

@@ -1,3 +1,4 @@
-"""DeltaNet TileLang kernels (the delta rule without a gate): chunked prefill and single-token decode."""
+"""DeltaNet TileLang kernels (the delta rule without a gate): chunked prefill, single-token decode
+and the chunked training forward."""
 
-from tileops.kernels.deltanet import decode, prefill  # noqa: F401  (both register their kernels)
+from tileops.kernels.deltanet import chunk_fwd, decode, prefill  # noqa: F401  (each registers its kernel)

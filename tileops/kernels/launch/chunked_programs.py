@@ -27,7 +27,7 @@ PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
 # first pass of B8 from 0.420 to 0.408, at the same error against the float64 reference.
 FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
 
-_TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
 def query_scale(spec: CallSpec) -> float:
@@ -44,7 +44,7 @@ def sequences(spec: CallSpec, pieces: bool = False) -> str:
 def transform_flags(spec: CallSpec, gated: bool) -> dict:
     """The input transforms the call asks the kernel for (``gated``: whether its family has a
     gate), and the token dtype."""
-    return dict(dtype=_TL_DTYPES[spec.dtype], gated=gated, l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
+    return dict(dtype=TL_DTYPES[spec.dtype], gated=gated, l2norm=bool(spec.flag("use_qk_l2norm_in_kernel", False)),
                 gate_in_kernel=bool(spec.flag("use_gate_in_kernel", False)),
                 beta_sigmoid=bool(spec.flag("use_beta_sigmoid_in_kernel", False)),
                 neg_eigval=bool(spec.flag("allow_neg_eigval", False)))
@@ -99,7 +99,7 @@ def compile_chain(config: KernelConfig, spec: CallSpec):
     waits = dict(issue=config.walk_issue) if config.state_major == "value" else {}
     program = CHAINS[config.state_major](
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
-        chunk=config.chunk_size, block_v=config.block_v, dtype=_TL_DTYPES[spec.dtype],
+        chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
         sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
         threads=config.threads, num_stages=config.num_stages, **waits)
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)

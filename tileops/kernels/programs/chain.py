@@ -6,11 +6,14 @@ from tileops.kernels.blocks.entry import Sequences, kernel_entry
 
 
 def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
-                 block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int):
-    """The prim_func that runs ``run_chain`` (a ``T.macro`` taking q, k, v, tp, m, f, h0, o, ht and
+                 block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
+                 boundaries: bool = False):
+    """The prim_func that runs ``run_chain`` (a ``T.macro`` taking q, k, v, tp, m, f, h0, o, ht, hs and
     the CTA's sequence n, value head hv, V tile bv, token bounds bos..eos and has_init), for
     ``equal`` or ``packed`` sequences (``blocks.entry``). Without an initial state, pass any tensor
-    of the state's shape as ``h0`` (it is not read). Grid: (V / block_v, HV, N).
+    of the state's shape as ``h0`` (it is not read). ``boundaries``: one more output, ``hs``
+    [N, HV, chunks + 1, K, V] in fp32, the state at every chunk boundary of each sequence (its
+    windows' starts, then its end); else ``hs`` is None. Grid: (V / block_v, HV, N).
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     accum = "float32"
@@ -22,10 +25,16 @@ def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: 
               ("m", T.Tensor([HV, tokens, C], dtype)), ("f", T.Tensor([4, HV, tokens], accum)),
               ("h0", T.Tensor(state_shape, accum))]
     outputs = [("o", T.Tensor([tokens, HV, V], dtype)), ("ht", T.Tensor(state_shape, accum))]
+    if boundaries:
+        outputs.append(("hs", T.Tensor([seqs.nseq, HV, T.dynamic("bounds"), K, V], accum)))
 
     @T.macro
-    def launch(q, k, v, tp, m, f, h0, o, ht, seqs):
+    def grid(q, k, v, tp, m, f, h0, o, ht, hs, seqs):
         with T.Kernel(V // BV, HV, seqs.walks, threads=threads) as (bv, hv, n):
-            run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, seqs.begin(n), seqs.end(n), seqs.has_init(n, hv))
+            run_chain(q, k, v, tp, m, f, h0, o, ht, hs, n, hv, bv, seqs.begin(n), seqs.end(n), seqs.has_init(n, hv))
+
+    def launch(*args):
+        """The entry's arguments: the boundary states' output before ``seqs`` with ``boundaries``."""
+        return grid(*args) if boundaries else grid(*args[:-1], None, args[-1])
 
     return kernel_entry("chain", seqs, inputs, outputs, launch)

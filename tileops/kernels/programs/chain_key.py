@@ -22,11 +22,13 @@ from tileops.kernels.programs.chain import chain_kernel
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                  num_stages: int):
+                  num_stages: int, boundaries: bool = False):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
-    Arguments and grid: ``chain.chain_kernel``.
+    Arguments and grid: ``chain.chain_kernel``; ``boundaries`` (key-major [.., K, V] states only)
+    also stores the state at every chunk boundary.
     """
+    assert not (boundaries and state_v_first), "boundary states are stored key-major"
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     group = HV // H
     accum = "float32"
@@ -34,7 +36,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     load_state, store_state = state_io(value_rows=False, rows=K, cols=BV, state_v_first=state_v_first)
 
     @T.macro
-    def run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, bos, eos, has_init):
+    def run_chain(q, k, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):
         h = hv // group
         v0 = bv * BV
         q_s = T.alloc_shared([C, K], dtype)
@@ -62,6 +64,8 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             load_chunk(q, k, v, tp, m, f, q_s, k_s, v_s[0:C, 0:BV], tp_s, m_s, f_s, t0, h, hv, v0)
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
+            if boundaries:
+                T.copy(s_f, hs[n, hv, c, :, v0:v0 + BV])
 
             T.gemm(k_s, s_s, ks_f, clear_accum=True)
             for i, j in T.Parallel(C, BV):
@@ -83,6 +87,8 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 if lo <= i and i < hi:
                     o[t0 + i, hv, v0 + j] = o_s[i, j]
         store_state(ht, s_f, n, hv, v0)
+        if boundaries:
+            T.copy(s_f, hs[n, hv, windows, :, v0:v0 + BV])
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
-                        sequences=sequences, state_v_first=state_v_first, threads=threads)
+                        sequences=sequences, state_v_first=state_v_first, threads=threads, boundaries=boundaries)

@@ -32,7 +32,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro
-    def run_chain(q, k, v, tp, m, f, h0, o, ht, n, hv, bv, bos, eos, has_init):
+    def run_chain(q, k, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):  # hs: no boundary states
         h = hv // group
         v0 = bv * BV
         # One stage of the tiles walk_step reads (the pipeline adds its own).

@@ -106,7 +106,7 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                                    moves=walk_moves, issue=walk_issue, masked=False, outputs=not summary)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
     load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
-    transform = input_transforms(gated=gated, gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
+    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
                                  neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True, wait=False, queries=not summary)
     gates, pairs, inverse, store_tile = register_first_pass(l2norm=l2norm, scale=scale, dtype=dtype,
@@ -138,7 +138,8 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         gates_l = T.alloc_local([2], accum)
         if row < C:
             if row < hi:
-                transform(gi_s[s, row], bi_s[s, row], a_log, dt_bias, hv, g_s, b_s, row)
+                raw_g = gi_s[s, row] if gated else 0.0  # without a gate: a log decay of 0, g not loaded
+                transform(raw_g, bi_s[s, row], a_log, dt_bias, hv, g_s, b_s, row)
             else:
                 g_s[row] = 0.0
                 b_s[row] = 0.0

@@ -31,12 +31,15 @@ from tileops.kernels.plans.tiles import PAD, ROW_PAD
 
 
 def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
-                 l2norm: bool, gated: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float):
+                 l2norm: bool, gated: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
+                 inverse_out: bool = False):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Arguments: q, k, g, beta, a_log, dt_bias, then the tables of ``sequences`` (equal or packed:
     ``blocks.entry``), then the outputs ``tp`` and ``m_out`` [HV, tokens, C] in the input dtype and
     ``f_out`` [4, HV, tokens] (f_x, f_o, f_s, f_c) in fp32; g, beta, A_log and dt_bias in fp32.
+    ``inverse_out``: one more output, ``a_inv`` [HV, tokens, C] in the input dtype, the inverse
+    (I + A)⁻¹ itself (T' without its diag(β); what the chunked training ops return).
     Grid: (HV, ceil(tokens / C)), one warpgroup each: a thread per row, and a warp per block row of
     the WY merge.
     """
@@ -52,15 +55,17 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
               ("a_log", T.Tensor([HV], accum)), ("dt_bias", T.Tensor([HV], accum))]
     outputs = [("tp", T.Tensor([HV, tokens, C], dtype)), ("m_out", T.Tensor([HV, tokens, C], dtype)),
                ("f_out", T.Tensor([4, HV, tokens], accum))]
+    if inverse_out:
+        outputs.append(("a_inv", T.Tensor([HV, tokens, C], dtype)))
 
     products = key_products(rows=C, width=K, l2norm=l2norm)
-    transform = input_transforms(gated=gated, gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
+    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
                                  neg_eigval=neg_eigval)
     solve = wy_solve(C, dtype)
     clear = upper_clear(C)
 
     @T.macro
-    def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, f_out, hv, w):
+    def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, f_out, a_inv, hv, w):
         h = hv // group
         t0 = w * C
         q_s = T.alloc_shared([C, K], dtype)
@@ -138,6 +143,10 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
                 tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
+        if inverse_out:
+            for i, j in T.Parallel(C, C):
+                if t0 + i < tokens:
+                    a_inv[hv, t0 + i, j] = d_s[i, j]
         for i in T.Parallel(C):
             if t0 + i < tokens:
                 f_out[0, hv, t0 + i] = T.exp(gam_s[i]) * rk_s[i]
@@ -146,8 +155,12 @@ def prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype:
                 f_out[3, hv, t0 + i] = T.exp(gam_s[end_s[i]])
 
     @T.macro
-    def launch(q, k, g, beta, a_log, dt_bias, tp, m_out, f_out, seqs):
+    def grid(q, k, g, beta, a_log, dt_bias, tp, m_out, f_out, a_inv, seqs):
         with T.Kernel(HV, T.ceildiv(tokens, C), threads=WARPGROUP, prelude=SOURCE) as (hv, w):
-            solve_window(q, k, g, beta, a_log, dt_bias, seqs.bounds, tp, m_out, f_out, hv, w)
+            solve_window(q, k, g, beta, a_log, dt_bias, seqs.bounds, tp, m_out, f_out, a_inv, hv, w)
+
+    def launch(*args):
+        """The entry's arguments: the inverse's output before ``seqs`` with ``inverse_out``."""
+        return grid(*args) if inverse_out else grid(*args[:-1], None, args[-1])
 
     return kernel_entry("prep", seqs, inputs, outputs, launch)

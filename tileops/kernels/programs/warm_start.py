@@ -41,7 +41,7 @@ def warm_start_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, 
     group = HV // H
     tokens = T.dynamic("tokens")
     count = T.dynamic("pieces")
-    transform = input_transforms(gated=gated, gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
+    transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
                                  neg_eigval=neg_eigval)
 
     @T.prim_func
