@@ -77,11 +77,11 @@ def refuse(spec: CallSpec) -> Optional[str]:
 
 
 def default(spec: CallSpec) -> ChunkFwdConfig:
-    """64-column V tiles once (batch, head) walks fill half the SMs with them, else 32; two lean
-    CTAs per SM (128 threads, no prefetch) once the tiles fill two waves, else one of 256 threads
-    with prefetch: the prefill's key-major chain's rule."""
+    """64-column V tiles once there are 32 (batch, head) walks, else 32; two lean CTAs per SM (128
+    threads, no prefetch) once the tiles fill two waves, else one of 256 threads with prefetch
+    (the measurements: docs/benchmarks.md, DeltaNet's chunked training forward)."""
     walks, sms = spec.batch * spec.heads, sm_count(spec.device, spec.arch)
-    block_v = min(spec.dim_v, 64 if 2 * walks >= sms else 32)
+    block_v = min(spec.dim_v, 64 if walks >= 32 else 32)
     if walks * (spec.dim_v // block_v) >= 2 * sms:
         return ChunkFwdConfig(block_v=block_v, threads=128, num_stages=1)
     return ChunkFwdConfig(block_v=block_v, threads=256, num_stages=2)
