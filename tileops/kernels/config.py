@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import typing
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 
 class KernelConfig(BaseModel):
@@ -30,6 +30,24 @@ class KernelConfig(BaseModel):
             if typing.get_origin(field.annotation) is typing.Literal:
                 out[name] = typing.get_args(field.annotation)
         return out
+
+
+class TiledConfig(KernelConfig):
+    """A config whose fit depends on the call's shapes: validated against ``info.context["spec"]``
+    where one is given, refused with the words ``problem`` returns. One validator for every
+    kernel whose constraints are a function of (config, spec)."""
+
+    def problem(self, spec) -> typing.Optional[str]:
+        """Why this config cannot serve ``spec`` (a ``CallSpec``), or None."""
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _fits(self, info: ValidationInfo) -> "TiledConfig":
+        spec = (info.context or {}).get("spec")
+        problem = None if spec is None else self.problem(spec)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class EmptyConfig(KernelConfig):

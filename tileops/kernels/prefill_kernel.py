@@ -26,11 +26,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import ValidationInfo, model_validator
-
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
-from tileops.kernels.config import KernelConfig
+from tileops.kernels.config import TiledConfig
 from tileops.kernels.calls import shape_problem
 from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.plans.entries import WARM_REACH
@@ -39,7 +37,7 @@ from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, chain_smem_by
 from tileops.kernels.registry import register
 
 
-class PrefillConfig(KernelConfig):
+class PrefillConfig(TiledConfig):
     """The chain's layout and tiling: ``block_v`` state columns per CTA, its threads, stages and CTAs
     per SM. Value-major takes one warpgroup per 64 columns: ``threads`` = 2 · ``block_v``.
     ``fused`` runs the value-major walk over the whole state (``block_v`` = V) with the first
@@ -68,14 +66,8 @@ class PrefillConfig(KernelConfig):
     walk_issue: Literal["serial", "paired"] = "serial"
     piece_chunks: Literal[(0,) + PIECE_WIDTHS] = 0
 
-    @model_validator(mode="after")
-    def _fits(self, info: ValidationInfo) -> "PrefillConfig":
-        spec = (info.context or {}).get("spec")
-        if spec is not None:
-            problem = tile_problem(self, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
-            if problem:
-                raise ValueError(problem)
-        return self
+    def problem(self, spec: CallSpec) -> Optional[str]:
+        return tile_problem(self, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
 
 
 def fused_problem(config: PrefillConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:

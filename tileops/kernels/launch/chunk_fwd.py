@@ -15,6 +15,7 @@ import torch
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.hardware import compile_target
+from tileops.kernels.launch.chunked import NoGate
 from tileops.kernels.launch.chunked_programs import TL_DTYPES, FIRST_PASS_CONFIGS, PASS_CONFIGS
 from tileops.kernels.programs import chain_key
 from tileops.kernels.programs.chunk_prep import prep_program
@@ -41,7 +42,7 @@ class ChunkFwdLauncher:
             target=target, pass_configs=PASS_CONFIGS)
         self.wy = tilelang.compile(wy_program(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, dtype=dtype),
                                    target=target, pass_configs=PASS_CONFIGS)
-        self._no_gate = None
+        self.no_gate = NoGate(1)
 
     def __call__(self, q, k, v, beta):
         B, H, S, K = q.shape
@@ -51,14 +52,12 @@ class ChunkFwdLauncher:
         flat_q, flat_k = q.contiguous().view(tokens, 1, K), k.contiguous().view(tokens, 1, K)
         flat_v = v.contiguous().view(tokens, 1, V)
         flat_beta = beta.float().contiguous().view(tokens, 1)
-        if self._no_gate is None:
-            self._no_gate = torch.zeros(1, dtype=torch.float32, device=q.device)
+        no_gate = self.no_gate(q.device)
         tp = torch.empty(1, tokens, C, dtype=q.dtype, device=q.device)
         m = torch.empty_like(tp)
         f = torch.empty(4, 1, tokens, dtype=torch.float32, device=q.device)
         a_inv = torch.empty(B, H, S, C, dtype=q.dtype, device=q.device)
-        self.prep(flat_q, flat_k, flat_beta, flat_beta, self._no_gate, self._no_gate, tp, m, f, a_inv.view(1, tokens, C),
-                  S)
+        self.prep(flat_q, flat_k, flat_beta, flat_beta, no_gate, no_gate, tp, m, f, a_inv.view(1, tokens, C), S)
         o = torch.empty(B, H, S, V, dtype=q.dtype, device=q.device)
         states = torch.empty(B, H, -(-S // C) + 1, K, V, dtype=torch.float32, device=q.device)
         final = torch.empty(n, 1, K, V, dtype=torch.float32, device=q.device)  # also the unread h0

@@ -22,6 +22,21 @@ from tileops.kernels.plans.packing import packed
 from tileops.kernels.plans.pieces import plan_for
 
 
+class NoGate:
+    """``no_gate(device)``: fp32 zeros, one per head, standing in for A_log and dt_bias, which only
+    use_gate_in_kernel reads; made on the first call, so that building allocates nothing on the
+    device (a build may run without one)."""
+
+    def __init__(self, heads: int):
+        self.heads = heads
+        self.zeros: Optional[torch.Tensor] = None
+
+    def __call__(self, device: torch.device) -> torch.Tensor:
+        if self.zeros is None:
+            self.zeros = torch.zeros(self.heads, dtype=torch.float32, device=device)
+        return self.zeros
+
+
 class PrefillLauncher:
     """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``."""
 
@@ -39,14 +54,7 @@ class PrefillLauncher:
         self.piece_entries = compile_piece_entries(spec) if pieces else None
         self.chain = None if config.fused else compile_chain(config, spec)
         self.prep = None if config.fused else compile_prep(config, spec, gated)
-        self._no_gate: Optional[torch.Tensor] = None
-
-    def no_gate(self, device: torch.device) -> torch.Tensor:
-        """Zeros standing in for A_log and dt_bias, which only use_gate_in_kernel reads; made on the
-        first call, so that building allocates nothing on the device (a build may run without one)."""
-        if self._no_gate is None:
-            self._no_gate = torch.zeros(self.spec.value_heads, dtype=torch.float32, device=device)
-        return self._no_gate
+        self.no_gate = NoGate(spec.value_heads)
 
     def warm_starts(self, plan, inputs, has_init, sequences):
         """Where each piece's warm-up begins (as far back as the bound asks) and the row of the

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import torch
-from pydantic import ValidationInfo, model_validator
 
 from tileops.callspec import CallSpec
-from tileops.kernels.config import KernelConfig
+from tileops.kernels.config import TiledConfig
 from tileops.kernels.hardware import MAX_STATE_CELLS, VEC, sm_count
 
 K_THREADS_V_FIRST = 8  # threads along K for the value-major layout: 128-byte row segments
@@ -76,7 +75,7 @@ DELTA_SCALAR = DecodeRule("scalar", True)  # GDN's step
 WIDE_TILES_PER_SM = 8
 
 
-class DecodeConfig(KernelConfig):
+class DecodeConfig(TiledConfig):
     """One CTA updates a K x ``block_v`` tile of one head's state with ``threads`` threads.
 
     ``min_blocks`` is 1 (no occupancy hint); the field keeps stored configs valid.
@@ -86,14 +85,8 @@ class DecodeConfig(KernelConfig):
     threads: Literal[32, 64, 128] = 128
     min_blocks: Literal[1] = 1
 
-    @model_validator(mode="after")
-    def _fits(self, info: ValidationInfo) -> "DecodeConfig":
-        spec = (info.context or {}).get("spec")
-        if spec is not None:
-            problem = tile_problem(self, spec.dim_k, spec.dim_v, bool(spec.flag("state_v_first", False)))
-            if problem:
-                raise ValueError(problem)
-        return self
+    def problem(self, spec: CallSpec) -> Optional[str]:
+        return tile_problem(self, spec.dim_k, spec.dim_v, bool(spec.flag("state_v_first", False)))
 
 
 def tile_problem(config: DecodeConfig, dim_k: int, dim_v: int, state_v_first: bool) -> Optional[str]:
