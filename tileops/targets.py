@@ -34,6 +34,7 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "DeltaNetFwdOp": ("tl.deltanet_decode", "tl.deltanet_prefill"),
     "DeltaNetRecurrentFwdOp": ("tl.deltanet_decode",),
     "DeltaNetChunkFwdOp": ("tl.deltanet_chunk_fwd",),
+    "DeltaNetChunkBwdOp": ("tl.deltanet_chunk_bwd",),
     "KDAFwdOp": ("tl.kda_decode",),
     "GLAFwdOp": ("tl.gla_decode",),
     "GLARecurrentFwdOp": ("tl.gla_decode",),

@@ -87,19 +87,22 @@ def op_jobs() -> list[tuple]:
 
 
 def chunk_jobs() -> list[tuple]:
-    """(kernel, config, spec) of the chunked training forward's GPU tests."""
+    """(kernel, config, spec) of the chunked training ops' GPU tests."""
     from tileops.callspec import CallSpec, make_flags
-    from tileops.kernels.deltanet.chunk_fwd import KERNEL
-    from tests.kernels.deltanet.test_deltanet_chunk_fwd_gpu import CASES
+    from tileops.kernels.deltanet import chunk_bwd, chunk_fwd
+    from tests.kernels.deltanet import test_deltanet_chunk_bwd_gpu, test_deltanet_chunk_fwd_gpu
 
-    jobs = []
-    for batch, heads, length, dim, dtype, _ in CASES:
-        spec = CallSpec(op="deltanet", entry="DeltaNetChunkFwdOp", mode="chunk_fwd", dtype=dtype,
-                        device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME, batch=batch,
-                        tokens=length, heads=heads, value_heads=heads, dim_k=dim, dim_v=dim,
-                        flags=make_flags(chunk_size=64))
-        jobs.append((KERNEL.name, KERNEL.default(spec), spec))
-    return jobs
+    def job(module, entry, mode, case):
+        batch, heads, length, dim, dtype, *_ = case
+        spec = CallSpec(op="deltanet", entry=entry, mode=mode, dtype=dtype, device=torch.device("cuda", 0), arch=ARCH,
+                        device_name=DEVICE_NAME, batch=batch, tokens=length, heads=heads, value_heads=heads,
+                        dim_k=dim, dim_v=dim, flags=make_flags(chunk_size=64))
+        return module.KERNEL.name, module.KERNEL.default(spec), spec
+
+    backward_cases = test_deltanet_chunk_bwd_gpu.CASES  # each runs the forward first
+    return ([job(chunk_fwd, "DeltaNetChunkFwdOp", "chunk_fwd", c)
+             for c in test_deltanet_chunk_fwd_gpu.CASES + backward_cases]
+            + [job(chunk_bwd, "DeltaNetChunkBwdOp", "chunk_bwd", c) for c in backward_cases])
 
 
 def build(job: tuple) -> str:

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import ValidationInfo, model_validator
-
 from tileops.callspec import CallSpec
+from tileops.kernels import prefill_kernel
 from tileops.kernels.base import KernelDef
-from tileops.kernels.calls import shape_problem
-from tileops.kernels.config import KernelConfig
-from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, sm_count
-from tileops.kernels.plans.tiles import chain_smem_bytes
+from tileops.kernels.calls import training_problem
+from tileops.kernels.config import TiledConfig
+from tileops.kernels.hardware import sm_count
 from tileops.kernels.registry import register
 
 NAME = "tl.deltanet_chunk_fwd"
 CHUNK = 64
 
 
-class ChunkFwdConfig(KernelConfig):
+class ChunkFwdConfig(TiledConfig):
     """The key-major chain's tiling: ``block_v`` state columns per CTA, its threads and pipeline
     stages."""
 
@@ -33,47 +31,21 @@ class ChunkFwdConfig(KernelConfig):
     threads: Literal[128, 256] = 256
     num_stages: Literal[1, 2] = 2
 
-    @model_validator(mode="after")
-    def _fits(self, info: ValidationInfo) -> "ChunkFwdConfig":
-        spec = (info.context or {}).get("spec")
-        if spec is not None:
-            problem = tile_problem(self, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
-            if problem:
-                raise ValueError(problem)
-        return self
+    def problem(self, spec: CallSpec) -> Optional[str]:
+        return tile_problem(self, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
 
 
 def tile_problem(config: ChunkFwdConfig, dim_k: int, dim_v: int, elem: int) -> Optional[str]:
-    """Why ``config`` cannot tile a K x V state, or None."""
-    if dim_v % config.block_v:
-        return f"block_v={config.block_v} does not divide V={dim_v}"
-    cells = dim_k * config.block_v // config.threads
-    if cells > MAX_STATE_CELLS:
-        return (f"{config.threads} threads would hold {cells} state cells each (at most {MAX_STATE_CELLS}); "
-                f"use more threads or a smaller block_v")
-    smem = chain_smem_bytes(CHUNK, dim_k, config.block_v, config.num_stages, True, elem)
-    if smem > SMEM_BYTES:
-        return f"the chain needs {smem} bytes of shared memory (at most {SMEM_BYTES}); use fewer stages"
-    return None
+    """Why ``config`` cannot tile a K x V state, or None: the prefill's key-major chain's limits,
+    the same chain (with boundary states) running it."""
+    chain = prefill_kernel.PrefillConfig(chunk_size=CHUNK, state_major="key", block_v=config.block_v,
+                                         threads=config.threads, num_stages=config.num_stages)
+    return prefill_kernel.tile_problem(chain, dim_k, dim_v, elem)
 
 
 def refuse(spec: CallSpec) -> Optional[str]:
     """Why the kernel cannot serve ``spec``, or None."""
-    if spec.device.type != "cuda":
-        return f"{NAME} runs on CUDA devices; this call is on {spec.device.type}"
-    if spec.arch != "sm90":
-        return f"{NAME} is built for sm90 (Hopper: wgmma); the device is {spec.arch}"
-    if spec.mode != "chunk_fwd":
-        return f"{NAME} serves DeltaNetChunkFwdOp, not {spec.mode}"
-    problem = shape_problem(NAME, spec)
-    if problem:
-        return problem
-    if spec.flag("chunk_size") != CHUNK:
-        return f"{NAME} takes chunk_size={CHUNK}, not {spec.flag('chunk_size')}"
-    if spec.tokens % CHUNK:
-        return (f"{NAME} takes sequences of a whole number of {CHUNK}-token chunks (S={spec.tokens} is not); "
-                f"Aw and Au of a cut last chunk come from the reference")
-    return None
+    return training_problem(NAME, spec, "chunk_fwd", "DeltaNetChunkFwdOp", CHUNK)
 
 
 def default(spec: CallSpec) -> ChunkFwdConfig:

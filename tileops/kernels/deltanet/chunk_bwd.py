@@ -1,0 +1,75 @@
+"""tl.deltanet_chunk_bwd: DeltaNetChunkBwdOp (BHSD) on the shared layer (``launch.chunk_bwd``): the
+backward state walk, last chunk first, then every chunk's dq, dk, dv and dβ at once, the WY
+backward included, from the forward's boundary states, inverse and w, u.
+
+Its config space is the walk's: ``block_v`` state-gradient columns per CTA, ``threads`` and
+``num_stages``. The gradients' pass holds each chunk's whole K × V state (one config). It takes
+what ``tl.deltanet_chunk_fwd`` serves: sequences of whole 64-token chunks.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from tileops.callspec import CallSpec
+from tileops.kernels.base import KernelDef
+from tileops.kernels.calls import training_problem
+from tileops.kernels.config import TiledConfig
+from tileops.kernels.hardware import MAX_STATE_CELLS
+from tileops.kernels.registry import register
+
+NAME = "tl.deltanet_chunk_bwd"
+CHUNK = 64
+
+
+class ChunkBwdConfig(TiledConfig):
+    """The backward walk's tiling: ``block_v`` columns of the state gradient per CTA, its threads
+    and pipeline stages (two stages of the widest tile take 200 KB of shared memory: all fit)."""
+
+    block_v: Literal[32, 64, 128] = 64
+    threads: Literal[128, 256] = 128
+    num_stages: Literal[1, 2] = 2
+
+    def problem(self, spec: CallSpec) -> Optional[str]:
+        if spec.dim_v % self.block_v:
+            return f"block_v={self.block_v} does not divide V={spec.dim_v}"
+        cells = spec.dim_k * self.block_v // self.threads
+        if cells > MAX_STATE_CELLS:
+            return (f"{self.threads} threads would hold {cells} state-gradient cells each (at most "
+                    f"{MAX_STATE_CELLS}); use more threads or a smaller block_v")
+        return None
+
+
+def refuse(spec: CallSpec) -> Optional[str]:
+    """Why the kernel cannot serve ``spec``, or None."""
+    return training_problem(NAME, spec, "chunk_bwd", "DeltaNetChunkBwdOp", CHUNK)
+
+
+def default(spec: CallSpec) -> ChunkBwdConfig:
+    """64-column tiles once there are 32 (batch, head) walks, else 32 (more CTAs for the walk)."""
+    walks = spec.batch * spec.heads
+    return ChunkBwdConfig(block_v=min(spec.dim_v, 64 if walks >= 32 else 32), threads=128, num_stages=2)
+
+
+def plan(config: ChunkBwdConfig, spec: CallSpec) -> str:
+    """How ``config`` runs ``spec``, in words."""
+    walks = spec.batch * spec.heads
+    chunks = spec.batch * spec.heads * (spec.tokens // CHUNK)
+    return (f"the backward state walk, last chunk first, over {config.block_v}-column tiles "
+            f"({walks * (spec.dim_v // config.block_v)} CTAs for {walks} (batch, head) walks), then every chunk's "
+            f"gradients with the WY backward at once ({chunks} CTAs)")
+
+
+def build(config: ChunkBwdConfig, spec: CallSpec):
+    """Compile the programs for ``spec`` and return ``launch(do, q, k, v, beta, S, Aw, Au, w, u)``."""
+    from tileops.kernels.launch.chunk_bwd import ChunkBwdLauncher  # here: it imports TileLang
+
+    problem = refuse(spec) or config.problem(spec)
+    if problem:
+        raise ValueError(problem)
+    return ChunkBwdLauncher(config, spec)
+
+
+KERNEL = register(KernelDef(name=NAME, family="deltanet", archs=frozenset({"sm90"}), config_model=ChunkBwdConfig,
+                            build=build, refuse=refuse, default=default, modules=("tileops.kernels.deltanet.chunk_bwd",),
+                            plan=plan))
