@@ -5,13 +5,15 @@ exported graph names the op and its configuration in plain values. The custom op
 torch.compile (no graph breaks: validation, dispatch and the kernel run inside it), its fake
 implementation is the op's ``_fake``, it mutates and aliases nothing, and its gradient is one more
 custom op, ``tileops::<OpClass>_backward``, that recomputes the call with the PyTorch reference
-under autograd: no in-tree kernel has a backward yet. The chunk backward ops have no backward.
+under autograd. An op whose family has a backward op (DeltaNet's chunked forward) takes its
+gradient from that op's kernels instead, when the gradient it needs is one that op gives. The
+chunk backward ops have no backward.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -81,9 +83,16 @@ def _schema_args(cls: type) -> tuple[list[str], list[str], list[str]]:
     return [p.name for p in forward], tensors, settings
 
 
-def register(cls: type, outputs: int, *, differentiable: bool = True) -> None:
+Gradient = Callable[[Any, tuple, tuple, tuple], Optional[tuple]]
+
+
+def register(cls: type, outputs: int, *, differentiable: bool = True, gradient: Optional[Gradient] = None) -> None:
     """Define ``tileops::<cls>`` (returning ``outputs`` tensors) with its implementation, fake and
-    autograd formula; with ``differentiable=False`` backpropagating through it raises."""
+    autograd formula; with ``differentiable=False`` backpropagating through it raises.
+
+    ``gradient(op, inputs, outputs, grads)``, where given, computes the inputs' gradients with the
+    family's backward op (``grads`` holds None for outputs that carry none), or returns None where
+    it cannot; then, as for every other op, the reference recomputes the call."""
     name = cls.__name__
     _CLASSES[name] = cls
     inputs, tensors, settings = _schema_args(cls)
@@ -103,10 +112,12 @@ def register(cls: type, outputs: int, *, differentiable: bool = True) -> None:
         _register_backward(name, split, settings)
 
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        ctx.save_for_backward(*inputs[:split])
+        ctx.save_for_backward(*inputs[:split], *(output if gradient else ()))
         ctx.settings = inputs[split:]
+        ctx.split = split
+        ctx.set_materialize_grads(gradient is None)  # with a gradient op: None marks an output without one
 
-    torch.library.register_autograd(f"{NAMESPACE}::{name}", _backward_formula(name, differentiable),
+    torch.library.register_autograd(f"{NAMESPACE}::{name}", _backward_formula(name, differentiable, gradient),
                                     setup_context=setup_context, lib=_LIB)
 
 
@@ -131,13 +142,20 @@ def _dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _backward_formula(name: str, differentiable: bool):
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
+def _backward_formula(name: str, differentiable: bool, gradient: Optional[Gradient]):
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple:
         if not differentiable:
             raise RuntimeError(f"{name} has no backward: it is itself a gradient (double backward is not "
                                "supported); call it under torch.no_grad()")
-        inputs = list(ctx.saved_tensors)
-        computed = iter(getattr(torch.ops.tileops, f"{name}_backward")(list(grads), inputs, *ctx.settings))
+        saved = list(ctx.saved_tensors)
+        inputs, outputs = saved[:ctx.split], saved[ctx.split:]
+        computed = None
+        if gradient is not None:
+            computed = gradient(instance(name, ctx.settings), tuple(inputs), tuple(outputs), grads)
+        if computed is None:
+            dense = [torch.zeros_like(o) if g is None else g for g, o in zip(grads, outputs)] if outputs else grads
+            computed = getattr(torch.ops.tileops, f"{name}_backward")(list(dense), inputs, *ctx.settings)
+        computed = iter(computed)
         return tuple(next(computed) if _is_differentiable(x) else None for x in inputs) + (None,) * len(ctx.settings)
     return backward
 

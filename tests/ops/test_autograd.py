@@ -134,3 +134,39 @@ def test_backward_ops_refuse_to_be_differentiated(name):
     grads = getattr(la, name)(**init)(**leaves)
     with pytest.raises(RuntimeError, match=f"{name} has no backward"):
         grads[0].sum().backward()
+
+
+def test_the_chunked_forward_takes_its_gradient_from_the_backward_op():
+    """Trained through o alone, DeltaNetChunkFwdOp's gradient is DeltaNetChunkBwdOp's (the kernel on a
+    GPU), and equals autograd through the recurrence; when a saved tensor carries a gradient too,
+    the reference gives all of them."""
+    from tileops.reference import recurrent_delta_rule
+
+    calls = []
+    forward, backward = la.DeltaNetChunkFwdOp(2, target="reference"), la.DeltaNetChunkBwdOp(2, target="reference")
+
+    def spy(*args):
+        calls.append(len(args))
+        return backward(*args)
+
+    la.register_target("spy", la.DeltaNetChunkFwdOp, forward)
+    la.register_target("spy", la.DeltaNetChunkBwdOp, spy)
+    try:
+        _, fwd = valid_call("DeltaNetChunkFwdOp", gen(21), B=1, T=5, H=2, K=3, V=2, chunk_size=2)
+        op = la.DeltaNetChunkFwdOp(2, target="spy")
+        for through_states in (False, True):
+            leaves = {n: x.clone().requires_grad_() for n, x in fwd.items()}
+            o, S, *_ = op(**leaves)
+            (o.square().sum() + (S.sum() if through_states else 0)).backward()
+            want = {n: x.clone().requires_grad_() for n, x in fwd.items()}
+            o2, _ = recurrent_delta_rule(*(want[n].transpose(1, 2) for n in ("q", "k", "v", "beta")), scale=1.0)
+            loss = o2.transpose(1, 2).square().sum()
+            if through_states:
+                loss = loss + la.DeltaNetChunkFwdOp(2, target="reference")(**want)[1].sum()
+            loss.backward()
+            assert calls == [10], through_states  # the backward op ran once, for the first loss only
+            for n in fwd:
+                torch.testing.assert_close(leaves[n].grad, want[n].grad)
+    finally:
+        la.unregister_target("spy", la.DeltaNetChunkFwdOp)
+        la.unregister_target("spy", la.DeltaNetChunkBwdOp)

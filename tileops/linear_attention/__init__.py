@@ -1,13 +1,14 @@
 """The linear-attention operators of the specification, plus target selection."""
 
 from tileops.linear_attention.deltanet import (
-    DeltaNetChunkBwdOp, DeltaNetChunkFwdOp, DeltaNetFwdOp, DeltaNetRecurrentFwdOp)
+    DeltaNetChunkBwdOp, DeltaNetChunkFwdOp, DeltaNetFwdOp, DeltaNetRecurrentFwdOp, chunk_gradient)
 from tileops.linear_attention.gated_delta import GDNFwdOp, KDAFwdOp
 from tileops.linear_attention.gla import GLAChunkBwdOp, GLAChunkFwdOp, GLAFwdOp, GLARecurrentFwdOp
 from tileops.targets import BUILTIN, REFERENCE, Target, register_target, unregister_target
 from tileops import library
 
-for _op, _outputs in ((DeltaNetChunkFwdOp, 6), (DeltaNetRecurrentFwdOp, 2), (DeltaNetFwdOp, 2), (GDNFwdOp, 2),
+library.register(DeltaNetChunkFwdOp, 6, gradient=chunk_gradient)
+for _op, _outputs in ((DeltaNetRecurrentFwdOp, 2), (DeltaNetFwdOp, 2), (GDNFwdOp, 2),
                       (KDAFwdOp, 2), (GLAChunkFwdOp, 3), (GLARecurrentFwdOp, 2), (GLAFwdOp, 2)):
     library.register(_op, _outputs)
 library.register(DeltaNetChunkBwdOp, 4, differentiable=False)

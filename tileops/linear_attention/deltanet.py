@@ -103,6 +103,14 @@ class DeltaNetChunkBwdOp(_ChunkedDeltaNetOp):
         return super().forward(do, q, k, v, beta, S, Aw, Au, w, u)
 
 
+def chunk_gradient(op: DeltaNetChunkFwdOp, inputs: tuple, outputs: tuple, grads: tuple) -> Optional[tuple]:
+    """DeltaNetChunkFwdOp's gradient by DeltaNetChunkBwdOp (same chunk size and target) when only o
+    carries one, as in training, where S, Aw, Au, w and u feed nothing but the backward; else None."""
+    if grads[0] is None or any(g is not None for g in grads[1:]):
+        return None
+    return DeltaNetChunkBwdOp(op.chunk_size, target=op.target)(grads[0], *inputs, *outputs[1:])
+
+
 class DeltaNetRecurrentFwdOp(Op):
     """DeltaNet decode (single-step recurrence, ungated).
 
