@@ -38,8 +38,9 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   ``deltanet/prefill.py`` (``tl.deltanet_prefill``: ``prefill_kernel`` without a gate, every
   cut piece from its exact entry) and ``deltanet/decode.py`` (``tl.deltanet_decode``: its
   ``DecodeRule`` on the shared decode pieces, also the one-step op) and ``deltanet/chunk_fwd.py``
-  (``tl.deltanet_chunk_fwd``: ``launch.chunk_fwd``, the chunked training forward in BHSD). Its
-  chunked backward is served by ``reference_kernels``.
+  (``tl.deltanet_chunk_fwd``: ``launch.chunk_fwd``, the chunked training forward in BHSD) and
+  ``deltanet/chunk_bwd.py`` (``tl.deltanet_chunk_bwd``: ``launch.chunk_bwd``, ``programs.chunk_dh``'s
+  backward state walk then ``programs.chunk_grads``, every chunk's gradients with the WY backward).
 - KDA (per-channel gate, delta rule; its gate in ``reference/transforms.kda_gate``) and GLA
   (per-channel gate, no delta rule; reference ``reference/gla``): ``kda/decode.py`` and
   ``gla/decode.py`` register ``tl.kda_decode`` and ``tl.gla_decode``, each a ``DecodeRule``
