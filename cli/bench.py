@@ -21,9 +21,17 @@ def _ratio(ours: Optional[float], peer: Optional[float]) -> str:
     return "-" if not ours or not peer else f"{peer / ours:.2f}x"
 
 
+def timed(rows: list[dict]) -> str:
+    """What the rows time, for titles: the forward, the training step (forward + backward), or both."""
+    train = [bool(r.get("train")) for r in rows]
+    if train and all(train):
+        return "training step (forward + backward)"
+    return "forward and training step (forward + backward)" if any(train) else "forward"
+
+
 def render(rows: list[dict], op: str = "gdn") -> Table:
     """The side-by-side table: ms, throughput, floor, and our speed relative to each peer."""
-    table = Table(title=f"{op.upper()} forward, H200, bf16 ({date.today().isoformat()})")
+    table = Table(title=f"{op.upper()} {timed(rows)}, H200, bf16 ({date.today().isoformat()})")
     for name in ("row", "ours ms", "throughput", "floor ms", "FLA ms", "TileOPs ms", "vs FLA", "vs TileOPs",
                  "first call s"):
         table.add_column(name)
@@ -55,30 +63,35 @@ def plot(rows: list[dict], path: Path, op: str = "gdn") -> None:
     ax.set_ylabel("ms (log)")
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.legend()
-    ax.set_title(f"{op.upper()} forward on H200 (bf16): lower is better")
+    ax.set_title(f"{op.upper()} {timed(rows)} on H200 (bf16): lower is better")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-ROW_KINDS = ("all", "prefill", "decode")
+ROW_KINDS = ("all", "prefill", "decode", "train")
+
+
+def row_kind(case) -> str:
+    """prefill (varlen included), decode or train: which of ``ROW_KINDS`` a row is."""
+    if case.entry == "train":
+        return "train"
+    return "decode" if case.tokens == 1 and not case.seqlens else "prefill"
 
 
 def bench_rows(op: str, kind: str = "all") -> list:
-    """The benchmark rows of ``op``: all, or only its prefill (varlen included) or decode rows."""
+    """The benchmark rows of ``op``: all, or only its prefill, decode or training-step rows."""
     from tileops.cli.bench_cases import bench_cases
 
     if kind not in ROW_KINDS:
         raise typer.BadParameter(f"--rows takes {', '.join(ROW_KINDS)}, not {kind!r}", param_hint="--rows")
     rows = list(bench_cases(op))
-    if kind == "all":
-        return rows
-    return [c for c in rows if (c.tokens == 1 and not c.seqlens) == (kind == "decode")]
+    return rows if kind == "all" else [c for c in rows if row_kind(c) == kind]
 
 
 @app.command()
 def main_command(
     op: str = typer.Option("gdn", help="Op family to benchmark: gdn, kda, deltanet or gla."),
-    rows_kind: str = typer.Option("all", "--rows", help="all, prefill or decode rows."),
+    rows_kind: str = typer.Option("all", "--rows", help="all, prefill, decode or train (training step) rows."),
     gates: str = typer.Option("benchmark", help="Gates every row draws: benchmark (about e^-0.1 a token), "
                                                 "weak (about -1e-3), mamba (Mamba's initialisation) or zero."),
     peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
@@ -96,8 +109,7 @@ def main_command(
     if cold_start:
         from tileops.cli.cold_start import measure_cold_start
 
-        rows = bench_rows(op)
-        firsts = [next(c for c in rows if c.tokens > 1), next(c for c in rows if c.tokens == 1)]
+        firsts = [bench_rows(op, "prefill")[0], bench_rows(op, "decode")[0]]
         for label, cold, warm in measure_cold_start(firsts):
             console.print(f"{label}: first call {cold:.2f} s with an empty compile cache, {warm:.3f} s after warm")
         return

@@ -18,14 +18,21 @@ def bench_cases(op: str) -> tuple[Case, ...]:
     raise ValueError(f"no benchmark rows for op {op!r}")
 
 
+# A training step's FLOPs over its forward's: the backward's products are about twice the
+# forward's (each forward product has two gradient products), as for a dense layer.
+TRAIN_OVER_FORWARD = 3
+
+
 def flops(case: Case) -> float:
     """Chunked-form FLOPs: per token and value head 6CK + 4CV + 6KV (the WY products, the state
-    products and the intra-chunk attention), zero for decode rows."""
+    products and the intra-chunk attention), zero for decode rows; a training step ("train":
+    forward then backward) counts TRAIN_OVER_FORWARD times that, 3 × (6CK + 4CV + 6KV)."""
     if case.tokens == 1 and not case.seqlens:
         return 0.0
     tokens = sum(case.seqlens) if case.seqlens else case.batch * case.tokens
     d = case.dim
-    return tokens * case.value_heads * (6 * CHUNK * d + 4 * CHUNK * d + 6 * d * d)
+    forward = tokens * case.value_heads * (6 * CHUNK * d + 4 * CHUNK * d + 6 * d * d)
+    return forward * (TRAIN_OVER_FORWARD if case.entry == "train" else 1)
 
 
 def state_bytes(case: Case) -> float:

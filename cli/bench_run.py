@@ -23,7 +23,8 @@ PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")
 
 
 def time_ours(case: Case, gates: str = "benchmark") -> dict:
-    """Our op on one row: first-call seconds (compile or cache load) and the median ms."""
+    """Our op on one row (a training row: the chunked forward and then the backward on what it
+    saved, timed as one call): first-call seconds (compile or cache load) and the median ms."""
     op = make_op(case)
     args = make_inputs(case, seed=1, gates=gates)
     start = time.perf_counter()
@@ -66,7 +67,7 @@ def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 
     out = []
     for c in cases:
         label = c.label if gates == "benchmark" else f"{c.label} [{gates} gates]"
-        row = {"label": label, "gates": gates, "ours_ms": ours[c.label]["ms"],
+        row = {"label": label, "gates": gates, "train": c.entry == "train", "ours_ms": ours[c.label]["ms"],
                "first_call_s": ours[c.label]["first_call_s"],
                "floor_ms": floor_ms(c), "gflop": flops(c) / 1e9, "state_mb": state_bytes(c) / 1e6}
         for p in peers:

@@ -1,4 +1,5 @@
-"""Times a peer library (FLA or the published TileOPs) on benchmark rows, in its own process.
+"""Times a peer library (FLA or the published TileOPs) on benchmark rows, in its own process: its
+forward, or on a training row its forward and backward.
 
 Run from outside the project root with the peer on PYTHONPATH. The peer's package is also named
 ``tileops``, so our timing protocol is loaded from its file, not imported through the package.
@@ -55,6 +56,51 @@ def inputs(case: dict) -> dict:
     return dict(q=q, k=k, v=v, g=g, beta=beta, state=state, cu=cu)
 
 
+def train_inputs(case: dict, device: str = "cuda") -> dict:
+    """Random inputs of a training row (same distributions as ours), BHSD as our ops take them:
+    q, k (normalised), v and the output's gradient do in the row's dtype, betas in (0, 1) in fp32
+    (float64 for a float64 row)."""
+    gen = torch.Generator(device=device).manual_seed(1)
+    shape = (case["batch"], case["heads"], case["tokens"], case["dim"])
+    dt = getattr(torch, case["dtype"])
+    q = torch.randn(shape, device=device, generator=gen).to(dt)
+    k = F.normalize(torch.randn(shape, device=device, generator=gen), dim=-1).to(dt)
+    v = torch.randn(shape, device=device, generator=gen).to(dt)
+    beta = torch.rand(shape[:3], device=device, generator=gen) * 0.9 + 0.05
+    do = torch.randn(shape, device=device, generator=gen).to(dt)
+    return dict(q=q, k=k, v=v, beta=beta.to(torch.float64 if dt == torch.float64 else torch.float32), do=do)
+
+
+def fla_train_runner(x: dict):
+    """FLA's training step: chunk_delta_rule's forward (BTHD, scale 1: our ops apply none) and its
+    backward through autograd, the gradients of q, k, v and beta for ``do`` (torch.autograd.grad:
+    o.backward(do) without accumulating into .grad across repeats). Returns them BTHD."""
+    from fla.ops.delta_rule import chunk_delta_rule
+
+    leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (x["q"], x["k"], x["v"], x["beta"])]
+    do = x["do"].transpose(1, 2).contiguous()
+
+    def step():
+        o, _ = chunk_delta_rule(*leaves, scale=1.0)
+        return torch.autograd.grad(o, leaves, do)
+    return step
+
+
+def tileops_train_runner(x: dict):
+    """The published TileOPs training step: its DeltaNetChunkFwdOp, then its DeltaNetChunkBwdOp on
+    what the forward saved (the same API as ours), betas in the token dtype as it takes them."""
+    import tileops.linear_attention as peer
+
+    forward, backward = peer.DeltaNetChunkFwdOp(), peer.DeltaNetChunkBwdOp()
+    q, k, v, do = x["q"], x["k"], x["v"], x["do"]
+    beta = x["beta"].to(q.dtype)
+
+    def step():
+        _, *saved = forward(q, k, v, beta)
+        return backward(do, q, k, v, beta, *saved)
+    return step
+
+
 def fla_runner(case: dict, x: dict):
     """FLA's function for the row: its fused recurrence for decode, its chunked form otherwise."""
     decode = case["tokens"] == 1 and not case["seqlens"]
@@ -90,7 +136,11 @@ def tileops_runner(case: dict, x: dict):
 
 
 def runner(peer: str, case: dict):
-    """A zero-argument callable running the peer's forward on the row."""
+    """A zero-argument callable running the peer on the row: its forward, or for a training row
+    (entry "train") its forward and backward."""
+    if case.get("entry") == "train":
+        x = train_inputs(case)
+        return fla_train_runner(x) if peer == "fla" else tileops_train_runner(x)
     x = inputs(case)
     return fla_runner(case, x) if peer == "fla" else tileops_runner(case, x)
 

@@ -41,7 +41,8 @@ def tune(
     width: Optional[int] = typer.Option(None, help="State width K = V (default: the preset's)."),
     shapes: List[str] = typer.Option([], help="Preset name (qwen3-next, kimi-linear, cpu-small), one of its "
                                           "rows (qwen3-next:varlen16xT32768xH16xHV32, with the preset's own "
-                                          "lengths) or a shape such as B4xT8192xH16xHV32; repeat for several."),
+                                          "lengths) or a shape such as B4xT8192xH16xHV32 (train-B4xT4096xH16: "
+                                          "the training step's forward and backward); repeat for several."),
     trials: int = typer.Option(20, min=1, help="Trials per key (at most the size of the config space)."),
     timeout: float = typer.Option(300.0, help="Seconds one candidate may take before it is killed."),
     db: Optional[str] = typer.Option(None, help="Tuning database: path or SQLAlchemy URL (default $TILEOPS_DB "

@@ -9,20 +9,45 @@ import torch
 import torch.nn.functional as F
 
 import tileops.linear_attention as la
-from tileops.cases import DTYPES, OP_CLASSES, Case, log_decays
+from tileops.cases import DTYPES, Case, log_decays
+from tileops.targets import REFERENCE
+
+
+class TrainingStep:
+    """A training step as one callable, what a benchmark times: the chunked forward, then the
+    backward on the tensors it saved. Takes (do, q, k, v, beta); returns the backward's gradients."""
+
+    def __init__(self, forward: Any, backward: Any) -> None:
+        self.forward, self.backward = forward, backward
+
+    def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 beta: torch.Tensor) -> tuple:
+        _, *saved = self.forward(q, k, v, beta)
+        return self.backward(do, q, k, v, beta, *saved)
 
 
 def make_op(case: Case, target: Optional[str] = None) -> Any:
-    """The op instance a case describes."""
-    return getattr(la, OP_CLASSES[case.op])(**dict(case.flags), target=target)
+    """The op instance a case describes (a ``TrainingStep`` for a training step)."""
+    if case.entry == "train":
+        return TrainingStep(*(make_op(call, target) for call in case.calls()))
+    return getattr(la, case.op_class)(**dict(case.flags), target=target)
 
 
 def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gates: str = "benchmark") -> tuple:
-    """Fresh random forward arguments for ``case`` (never zeros but for zero gates): keys
-    normalised, decays drawn as ``gates`` says (``tileops.cases.log_decays``; the benchmarks'
-    moderate ones by default), betas in (0, 1), a random fp32 initial state."""
-    gen = torch.Generator().manual_seed(seed)
+    """Fresh random arguments of ``case``'s call, in ``dtype`` (the case's unless given), never zeros
+    but for zero gates: an inference op's (``_inference_inputs``) or a training call's
+    (``_training_inputs``)."""
     dtype = dtype or DTYPES[case.dtype]
+    if case.entry is None:
+        return _inference_inputs(case, seed, dtype, gates)
+    return _training_inputs(case, seed, dtype)
+
+
+def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> tuple:
+    """Forward arguments of an inference op: keys normalised, decays drawn as ``gates`` says
+    (``tileops.cases.log_decays``; the benchmarks' moderate ones by default), betas in (0, 1), a
+    random fp32 initial state."""
+    gen = torch.Generator().manual_seed(seed)
     flags = dict(case.flags)
     b = 1 if case.seqlens else case.batch
     t = sum(case.seqlens) if case.seqlens else case.tokens
@@ -67,6 +92,30 @@ def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gate
     out = [extras[0].to(device=device, dtype=fp), None if cu is None else cu.to(device), extras[2]]
     out += [None if x is None else x.to(device=device, dtype=fp) for x in extras[3:]]
     return tuple(cast + out)
+
+
+def _training_inputs(case: Case, seed: int, dtype: torch.dtype) -> tuple:
+    """A training call's arguments, BHSD: the forward's q, k (normalised), v and betas in (0, 1)
+    (fp32, as models compute them); the step's and the backward's start with the output's gradient
+    do, and the backward's end with what the forward saved (S, Aw, Au, w, u), computed by
+    DeltaNetChunkFwdOp on the case's device (by the reference for a float64 call: the gate's)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (case.batch, case.heads, case.tokens, case.dim)
+    q = torch.randn(shape, generator=gen, dtype=torch.float64)
+    k = F.normalize(torch.randn(shape, generator=gen, dtype=torch.float64), dim=-1)
+    v = torch.randn(shape, generator=gen, dtype=torch.float64)
+    beta = torch.rand(shape[:3], generator=gen, dtype=torch.float64) * 0.9 + 0.05
+    do = torch.randn(shape, generator=gen, dtype=torch.float64)
+    device = torch.device(case.device)
+    q, k, v, do = (x.to(device=device, dtype=dtype) for x in (q, k, v, do))
+    beta = beta.to(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    if case.entry == "train_fwd":
+        return q, k, v, beta
+    if case.entry == "train":
+        return do, q, k, v, beta
+    forward = make_op(replace(case, entry="train_fwd"), target=REFERENCE if dtype == torch.float64 else None)
+    _, *saved = forward(q, k, v, beta)
+    return (do, q, k, v, beta, *saved)
 
 
 def spec_for_arch(case: Case, arch: str, device_name: Optional[str] = None) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from tileops.cases import Case
+from tileops.cases import TRAIN_CLASSES, Case
 
 # Qwen3-Next / Qwen3.5 GDN layers: 16 query-key heads, 32 value heads, 128-wide state.
 _QWEN = dict(heads=16, value_heads=32, dim=128)
@@ -28,50 +28,58 @@ PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
         "kda": (Case("kda", 4, 8192, **_KIMI), Case("kda", 1, 32768, **_KIMI),
                 Case("kda", 1, sum(_MIXED64), seqlens=_MIXED64, **_KIMI), Case("kda", 256, 1, **_KIMI)),
     },
-    # DeltaNet and GLA layers of 16 heads over a 128-wide state: the rows their speed bars name.
+    # DeltaNet and GLA layers of 16 heads over a 128-wide state: the rows their speed bars name, and
+    # DeltaNet's training step (its chunked forward and backward: two kernels, two keys).
     "h16": {
         op: (Case(op, 4, 8192, **_H16), Case(op, 1, 32768, **_H16), Case(op, 256, 1, **_H16))
+        + ((Case(op, 4, 4096, entry="train", **_H16),) if op in TRAIN_CLASSES else ())
         for op in ("deltanet", "gla")
     },
     "cpu-small": {
         op: (Case(op, 2, 256, heads=2, value_heads=4 if op in ("gdn", "kda") else 2, dim=32, dtype="float32"),
              Case(op, 8, 1, heads=2, value_heads=4 if op in ("gdn", "kda") else 2, dim=32, dtype="float32"))
+        + ((Case(op, 2, 256, heads=2, value_heads=2, dim=32, dtype="float32", entry="train"),)
+           if op in TRAIN_CLASSES else ())
         for op in ("deltanet", "gdn", "kda", "gla")
     },
 }
 
 DEFAULT_PRESET = {"cpu": "cpu-small"}
 GPU_PRESET = {"gdn": "qwen3-next", "kda": "kimi-linear", "deltanet": "h16", "gla": "h16"}
-_EXPLICIT = re.compile(r"^(?:B(?P<b>\d+)xT(?P<t>\d+)|varlen(?P<n>\d+)xT(?P<vt>\d+))xH(?P<h>\d+)(?:xHV(?P<hv>\d+))?$")
+_EXPLICIT = re.compile(r"^(?P<train>train-)?(?:B(?P<b>\d+)xT(?P<t>\d+)|varlen(?P<n>\d+)xT(?P<vt>\d+))"
+                       r"xH(?P<h>\d+)(?:xHV(?P<hv>\d+))?$")
 
 
 def explicit_case(op: str, text: str, dim: int, dtype: str) -> Case:
-    """A case from text such as B4xT8192xH16xHV32 or varlen16xT32768xH16xHV32."""
+    """A case from text such as B4xT8192xH16xHV32, varlen16xT32768xH16xHV32 or, for the training
+    step, train-B4xT4096xH16."""
     m = _EXPLICIT.match(text)
     if m is None:
         raise ValueError(f"shape {text!r} is neither a preset ({', '.join(PRESETS)}) nor of the form "
-                         "B4xT8192xH16xHV32 / varlen16xT32768xH16xHV32")
+                         "B4xT8192xH16xHV32 / varlen16xT32768xH16xHV32 / train-B4xT4096xH16")
     h = int(m["h"])
     hv = int(m["hv"] or h)
+    entry = "train" if m["train"] else None
     if m["n"]:
         n, total = int(m["n"]), int(m["vt"])
         lengths = tuple(total // n + (1 if i < total % n else 0) for i in range(n))
-        return Case(op, 1, total, h, hv, dim, dtype, seqlens=lengths)
-    return Case(op, int(m["b"]), int(m["t"]), h, hv, dim, dtype)
+        return Case(op, 1, total, h, hv, dim, dtype, seqlens=lengths, entry=entry)
+    return Case(op, int(m["b"]), int(m["t"]), h, hv, dim, dtype, entry=entry)
 
 
 def preset_row(op: str, text: str) -> Case:
-    """The row of a preset named as ``preset:shape`` (``qwen3-next:varlen16xT32768xH16xHV32``): the
-    preset's own case, with its sequence lengths, where an explicit shape would make equal ones."""
+    """The row of a preset named as ``preset:shape`` (``qwen3-next:varlen16xT32768xH16xHV32``,
+    ``h16:train-B4xT4096xH16``): the preset's own case, with its sequence lengths, where an explicit
+    shape would make equal ones."""
     preset, _, shape = text.partition(":")
     if preset not in PRESETS:
         raise ValueError(f"{text!r}: no preset {preset!r} (presets: {', '.join(PRESETS)})")
     wanted = explicit_case(op, shape, 0, "")
     for case in PRESETS[preset].get(op, ()):
         sequences = len(case.seqlens) if case.seqlens else case.batch
-        if ((bool(case.seqlens), sequences, case.tokens, case.heads, case.value_heads) ==
-                (bool(wanted.seqlens), len(wanted.seqlens or ()) or wanted.batch, wanted.tokens, wanted.heads,
-                 wanted.value_heads)):
+        if ((case.entry, bool(case.seqlens), sequences, case.tokens, case.heads, case.value_heads) ==
+                (wanted.entry, bool(wanted.seqlens), len(wanted.seqlens or ()) or wanted.batch, wanted.tokens,
+                 wanted.heads, wanted.value_heads)):
             return case
     rows = ", ".join(c.label for c in PRESETS[preset].get(op, ()))
     raise ValueError(f"{text!r}: preset {preset!r} has no {op} row {shape!r} (its rows: {rows})")

@@ -113,8 +113,8 @@ def _run(ops, arch, device_name, shapes, dim, dtype, trials, store, storage, wor
     try:
         for op in ops:
             for case in cases_for(op, arch, shapes, dim, dtype):
-                results.append(_tune_case(case.on(device), arch, device_name, store, worker, storage, run_id,
-                                          trials, on_key))
+                for call, task, why in plan(case.on(device), arch, device_name):
+                    results.append(_tune_call(call, task, why, store, worker, storage, run_id, trials, on_key))
         status = "ok"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -126,10 +126,10 @@ def _run(ops, arch, device_name, shapes, dim, dtype, trials, store, storage, wor
     return results
 
 
-def _tune_case(case: Case, arch: str, device_name: str, store: TuningStore, worker: CandidateWorker,
+def _tune_call(case: Case, task: Optional[KeyTask], why: str, store: TuningStore, worker: CandidateWorker,
                storage: object, run_id: int, trials: int,
                on_key: Callable[[str, int], Callable[[], None]]) -> KeyResult:
-    task, why = plan(case, arch, device_name)
+    """One op call's study (``plan``'s task) and its winner; a call without a task is skipped for ``why``."""
     if task is None:
         return KeyResult(case, "-", None, skipped=why)
     study = KeyStudy(task, store, worker, storage, run_id)

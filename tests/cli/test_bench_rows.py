@@ -6,13 +6,16 @@ import typer
 from tileops.cli.bench import bench_rows
 
 
-@pytest.mark.parametrize("op,decode,prefill", [("gdn", 3, 4), ("kda", 1, 3), ("deltanet", 1, 2), ("gla", 1, 2)])
-def test_each_family_has_its_rows_and_rows_filters_them(op, decode, prefill):
+@pytest.mark.parametrize("op,decode,prefill,train", [("gdn", 3, 4, 0), ("kda", 1, 3, 0), ("deltanet", 1, 2, 1),
+                                                     ("gla", 1, 2, 0)])
+def test_each_family_has_its_rows_and_rows_filters_them(op, decode, prefill, train):
     every = bench_rows(op)
     assert {c.op for c in every} == {op} and all(c.device == "cuda" for c in every)
     assert len(bench_rows(op, "decode")) == decode and len(bench_rows(op, "prefill")) == prefill
     assert all(c.tokens == 1 and not c.seqlens for c in bench_rows(op, "decode"))
-    assert len(every) == decode + prefill
+    assert all(c.entry is None for c in bench_rows(op, "decode") + bench_rows(op, "prefill"))
+    assert [c.entry for c in bench_rows(op, "train")] == ["train"] * train
+    assert len(every) == decode + prefill + train
 
 
 def test_kdas_rows_are_the_ones_its_speed_bars_name():

@@ -82,7 +82,7 @@ def test_the_shipped_winner_of_the_key_is_a_candidate(monkeypatch, tmp_path):
 
     fakes = _serve_first(monkeypatch, "test.gdn_picky")
     try:
-        task, _ = plan(Case("gdn", 1, 96, 1, 2, 16, "float32"), "cpu", "cpu")
+        [(_, task, _)] = plan(Case("gdn", 1, 96, 1, 2, 16, "float32"), "cpu", "cpu")
         key = asdict(task.key)
         shipped = [  # tuned on other devices of the architecture, by another kernel source
             WinnerRecord(**dict(key, device_name="cpu b"), config={"block": 3}, time_ms=1.0, source_hash="0" * 16),
