@@ -19,12 +19,13 @@ H, K, V = 1, 4, 4
 
 
 class Model(torch.nn.Module):
-    """Calls every inference op and a chunk op on the same tokens, as a model layer would."""
+    """Calls every inference op and two chunk ops on the same tokens, as a model layer would."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gdn, self.kda = la.GDNFwdOp(use_qk_l2norm_in_kernel=True), la.KDAFwdOp()
         self.deltanet, self.gla, self.gla_chunk = la.DeltaNetFwdOp(), la.GLAFwdOp(), la.GLAChunkFwdOp(chunk_size=4)
+        self.deltanet_chunk = la.DeltaNetChunkFwdOp(chunk_size=4)  # trained through o: its backward op
 
     def forward(self, q, k, v, g, beta, cu_seqlens=None, cu_seqlens_cpu=None):
         gk = g.unsqueeze(-1).expand(-1, -1, -1, K)
@@ -35,6 +36,8 @@ class Model(torch.nn.Module):
         o = gdn[0] + kda[0] + delta[0] + gla[0]
         if cu_seqlens is None:
             o = o + self.gla_chunk(q, k, v, gk)[0]
+            bhsd = (x.transpose(1, 2) for x in (q, k, v, beta))
+            o = o + self.deltanet_chunk(*bhsd)[0].transpose(1, 2)
         return o, gdn[1] + kda[1] + delta[1] + gla[1]
 
 
