@@ -44,7 +44,10 @@ def test_every_shipped_row_is_the_key_of_its_call_without_a_state():
     assert rows
     for row in rows:
         case = Case.from_json(row.call).on("cpu")
-        spec, _ = make_op(case).describe(*without_state(case, make_inputs(case.smallest(), seed=0)))
+        inputs = make_inputs(case.smallest(), seed=0)
+        if case.entry is None:  # the chunked training ops take no initial state
+            inputs = without_state(case, inputs)
+        spec, _ = make_op(case).describe(*inputs)
         spec = replace(spec, device=torch.device("cuda", 0), arch="sm90", device_name=row.device_name,
                        batch=case.batch if not case.seqlens else len(case.seqlens),
                        tokens=sum(case.seqlens) if case.seqlens else case.tokens)
