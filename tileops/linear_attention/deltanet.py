@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from tileops import library
 from tileops.callspec import CallSpec
 from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
 from tileops.linear_attention.op import Op, call_spec
@@ -105,10 +106,13 @@ class DeltaNetChunkBwdOp(_ChunkedDeltaNetOp):
 
 def chunk_gradient(op: DeltaNetChunkFwdOp, inputs: tuple, outputs: tuple, grads: tuple) -> Optional[tuple]:
     """DeltaNetChunkFwdOp's gradient by DeltaNetChunkBwdOp (same chunk size and target) when only o
-    carries one, as in training, where S, Aw, Au, w and u feed nothing but the backward; else None."""
+    carries one, as in training, where S, Aw, Au, w and u feed nothing but the backward; else None.
+    The backward op is the one instance of its setting (``library.instance``), so repeated steps
+    reuse its validated call descriptions."""
     if grads[0] is None or any(g is not None for g in grads[1:]):
         return None
-    return DeltaNetChunkBwdOp(op.chunk_size, target=op.target)(grads[0], *inputs, *outputs[1:])
+    backward = library.instance("DeltaNetChunkBwdOp", library.settings_of(op))
+    return backward(grads[0], *inputs, *outputs[1:])
 
 
 class DeltaNetRecurrentFwdOp(Op):

@@ -7,27 +7,18 @@ import pytest
 import torch
 
 from tileops import dispatch
-from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.deltanet.chunk_fwd import KERNEL, ChunkFwdConfig
+from tests.kernels.deltanet.training_calls import REFUSED, training_spec
 from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
 
 
-def spec(batch=4, tokens=4096, heads=16, dim=128, dtype=torch.bfloat16, chunk_size=64, device="cuda", arch="sm90"):
-    return CallSpec(op="deltanet", entry="DeltaNetChunkFwdOp", mode="chunk_fwd", dtype=dtype,
-                    device=torch.device(device), arch=arch, device_name="NVIDIA H200", batch=batch, tokens=tokens,
-                    heads=heads, value_heads=heads, dim_k=dim, dim_v=dim, flags=make_flags(chunk_size=chunk_size))
+def spec(**changes):
+    return training_spec("DeltaNetChunkFwdOp", "chunk_fwd", **changes)
 
 
-@pytest.mark.parametrize("call, words", [
-    (spec(device="cpu", arch="cpu"), "CUDA"),
-    (spec(arch="sm80"), "sm90"),
-    (spec(dtype=torch.float32), "float16 or bfloat16"),
-    (spec(dim=96), "64- or 128-wide"),
-    (spec(chunk_size=32), "chunk_size=64"),
-    (spec(tokens=300), "whole number of 64-token chunks"),
-])
-def test_refuses_in_words(call, words):
-    assert words in KERNEL.refuse(call)
+@pytest.mark.parametrize("changes, words", REFUSED)
+def test_refuses_in_words(changes, words):
+    assert words in KERNEL.refuse(spec(**changes))
 
 
 def test_dispatch_serves_the_chunked_forward_in_tree():
