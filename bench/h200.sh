@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On an H200, from the project root: time the prefill layouts and the fused walk's variants side
-# by side (ab), tune GDN into a fresh database, export the sm90 snapshot, run the GPU tests
-# (agreement of tuned and default configs included), benchmark against the peers, and measure cold
-# start and host overhead. Everything lands in $OUT (default ./h200-out).
-#   bash bench/h200.sh [ab|exact|tune|test|bench|decode|cold|all] [trials]
+# by side (ab), tune one family ($OP: gdn, the default, or deltanet) into a database that starts
+# from the shipped snapshot, export the sm90 snapshot, run the family's GPU tests (agreement of
+# tuned and default configs included), benchmark against the peers, and measure cold start and
+# host overhead. Everything lands in $OUT (default ./h200-out).
+#   [OP=deltanet] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|tune|test|bench|decode|cold|all] [trials]
+# TUNE_SETS: the dtype:width pairs to tune (default: the preset's own).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
@@ -21,6 +23,8 @@ python3 -c "import tileops.db, tileops.dispatch, tileops.tuner, tileops.cli" || 
 OUT=${OUT:-h200-out}
 STEP=${1:-all}
 TRIALS=${2:-6}
+OP=${OP:-gdn}
+TUNE_SETS=${TUNE_SETS:-preset}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export TILEOPS_DB=$OUT/tuning.db
@@ -42,7 +46,16 @@ if [ "$STEP" = exact ]; then
     timeout 300 python3 bench/studies/exact_pieces.py 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/exact.log"
 fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
-    timeout 500 python3 -m tileops.cli.tune --arch sm90 --op gdn --trials "$TRIALS" --timeout 240 2>&1 | tee "$OUT/tune.log"
+    # The shipped rows first, so that the export below keeps the keys this run does not tune.
+    python3 -m tileops.cli.db import tileops/snapshots/sm90.jsonl 2>&1 | tail -n 1 | tee "$OUT/tune.log"
+    start=$(date +%s)
+    for set in $TUNE_SETS; do
+        args=()
+        [ "$set" != preset ] && args=(--dtype "${set%%:*}" --width "${set##*:}")
+        timeout 540 python3 -m tileops.cli.tune --arch sm90 --op "$OP" "${args[@]}" --trials "$TRIALS" --timeout 240 \
+            2>&1 | tee -a "$OUT/tune.log"
+    done
+    echo "tuned $OP ($TUNE_SETS, $TRIALS trials a key) in $(( $(date +%s) - start )) s" | tee -a "$OUT/tune.log"
     python3 -m tileops.cli.db export --arch sm90 --out "$OUT/sm90.jsonl" 2>&1 | tee -a "$OUT/tune.log"
     # The tests below check the winners just tuned; copy the file into the repository to ship them.
     cp "$OUT/sm90.jsonl" tileops/snapshots/sm90.jsonl
@@ -52,22 +65,33 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
     run_group() {
         local name
-        name=$(basename "$1" .py)${3:+-${3%% *}}
+        name=$(basename "$1" .py)
+        [ "${2:-}" = -k ] && name="$name-${3%% *}"
         timeout 400 python3 -m pytest -q -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
     }
-    run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
-    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &
-    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k varlen &
-    run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided or exact or reset or a_log or offsets" &
-    run_group tests/kernels/gdn/test_gdn_op_gpu.py &
+    if [ "$OP" = deltanet ]; then
+        run_group tests/kernels/deltanet/test_deltanet_prefill_gpu.py &
+        run_group tests/kernels/deltanet/test_deltanet_chunk_fwd_gpu.py &
+        run_group tests/kernels/deltanet/test_deltanet_chunk_bwd_gpu.py &
+        run_group tests/kernels/decode/test_decode_families_gpu.py -k "deltanet or DeltaNet" &
+        run_group tests/cli/test_bench_training.py &
+        # The exact schedule's summaries are shared with GDN's cut sequences.
+        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "exact or pieces" &
+    else
+        run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
+        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &
+        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k varlen &
+        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided or exact or reset or a_log or offsets" &
+        run_group tests/kernels/gdn/test_gdn_op_gpu.py &
+        run_group tests/kernels/decode/test_decode_families_gpu.py &
+        timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
+    fi
     run_group tests/tuner/test_tuned_default_agree.py &
-    run_group tests/kernels/decode/test_decode_families_gpu.py &
-    run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py &
-    timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
+    run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py tests/ops/test_compile.py &
     wait
-    tail -n 3 "$OUT"/test_*.log "$OUT/prefill-errors.log"
+    tail -n 3 "$OUT"/test_*.log "$OUT"/prefill-errors.log 2>/dev/null
     # One archive of the logs, so that few files come back.
-    (cd "$OUT" && tar czf test-logs.tar.gz test_*.log prefill-errors.log && rm -f test_*.log prefill-errors.log)
+    (cd "$OUT" && tar czf test-logs.tar.gz test_*.log $(ls prefill-errors.log 2>/dev/null) && rm -f test_*.log prefill-errors.log)
 fi
 if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
@@ -75,7 +99,7 @@ if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     # which comes back packed: carried as .tlcache.tar.xz, it spares the next run their compiles.
     export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-$PWD/.tlcache} TRITON_CACHE_DIR=$PWD/.tlcache/triton
     python3 -m tileops.cli.db warm 2>&1 | tail -n 2 | tee "$OUT/bench.log"  # shipped winners into the cache
-    timeout 540 python3 -m tileops.cli.bench --op gdn --out "$OUT" --peer-timeout 240 2>&1 | tee -a "$OUT/bench.log"
+    timeout 540 python3 -m tileops.cli.bench --op "$OP" --out "$OUT" --peer-timeout 240 2>&1 | tee -a "$OUT/bench.log"
     tar cJf "$OUT/tlcache.tar.xz" -C "$TILELANG_CACHE_DIR/.." "$(basename "$TILELANG_CACHE_DIR")"
 fi
 if [ "$STEP" = decode ] || [ "$STEP" = all ]; then
@@ -90,6 +114,6 @@ if [ "$STEP" = cold ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
     # Each row starts from an empty cache that `tileops-db warm` then fills with every shipped
     # winner: about 400 s in all on the H200.
-    timeout 540 python3 -m tileops.cli.bench --op gdn --cold-start 2>&1 | tee "$OUT/cold.log"
+    timeout 540 python3 -m tileops.cli.bench --op "$OP" --cold-start 2>&1 | tee "$OUT/cold.log"
     python3 -m tileops.cli.bench --overhead 2>&1 | tee -a "$OUT/cold.log"
 fi

@@ -111,7 +111,10 @@ def main_command(
 
         firsts = [bench_rows(op, "prefill")[0], bench_rows(op, "decode")[0]]
         for label, cold, warm in measure_cold_start(firsts):
-            console.print(f"{label}: first call {cold:.2f} s with an empty compile cache, {warm:.3f} s after warm")
+            for name, phases in (("empty compile cache", cold), ("after `tileops-db warm`", warm)):
+                console.print(f"{label}, {name}: import {phases['import_s']:.3f} s, construct "
+                              f"{phases['construct_s']:.3f} s, first call {phases['first_call_s']:.3f} s; "
+                              f"{sum(phases.values()):.3f} s in all", soft_wrap=True, highlight=False)
         return
     if overhead:
         from tileops.cli.overhead import measure

@@ -1,12 +1,15 @@
-"""Device script for DeltaNet's few long sequences: the piece width of the exact schedule.
+"""Device script for DeltaNet's few long sequences: the exact schedule's piece width, and two passes.
 
     python bench/studies/deltanet_pieces.py --compile   # fill TileLang's cache (works without a GPU)
     python bench/studies/deltanet_pieces.py             # on the GPU: errors, then a table of ms
+    ncu -k regex:"summary|fused" --launch-count 2 --section WarpStateStats --section SourceCounters -o rep \
+        python bench/studies/deltanet_pieces.py --rows B4 --widths 64 --two-pass --profile   # see fused_stalls.py
 
 For B1×T32768 and B4×T8192 at H16 (bf16, K = V = 128, the issue's rows) and each piece width:
 the error of o and the final state against the float64 reference, the median ms of the call,
 and its launches apart (summaries and entries, then the walk). Without a gate every piece after
-a sequence's first takes its exact entry; a width as long as the sequence walks it whole.
+a sequence's first takes its exact entry; a width as long as the sequence walks it whole. The
+two-pass chains (``TWO_PASS``) walk every sequence whole on V tiles instead, no entries needed.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tileops.callspec import CallSpec, make_flags  # noqa: E402
-from tileops.kernels.prefill_kernel import fused_config  # noqa: E402
+from tileops.kernels.prefill_kernel import PrefillConfig, fused_config  # noqa: E402
 from tileops.kernels.plans.pieces import PIECE_WIDTHS  # noqa: E402
 
 ROWS = {"B1": (1, 32768, 16), "B4": (4, 8192, 16)}
+TWO_PASS = {"value64s1": dict(state_major="value", block_v=64, threads=128, num_stages=1),
+            "value64s2": dict(state_major="value", block_v=64, threads=128, num_stages=2),
+            "key32s2": dict(state_major="key", block_v=32, threads=256, num_stages=2)}
 
 
 def spec_of(batch, tokens, heads, device):
@@ -57,15 +63,19 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="one call of each build, for Nsight Compute")
     parser.add_argument("--rows", nargs="*", default=list(ROWS))
+    parser.add_argument("--widths", nargs="*", type=int, default=list(PIECE_WIDTHS))
+    parser.add_argument("--two-pass", nargs="*", default=list(TWO_PASS))
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     results = []
     for name in args.rows:
         batch, tokens, heads = ROWS[name]
         spec = spec_of(batch, tokens, heads, device)
-        built = {w: PrefillLauncher(fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=w), spec,
-                                    gated=False) for w in PIECE_WIDTHS}
+        configs = {w: fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=w) for w in args.widths}
+        configs.update({name: PrefillConfig(**fields) for name, fields in TWO_PASS.items() if name in args.two_pass})
+        built = {w: PrefillLauncher(config, spec, gated=False) for w, config in configs.items()}
         if args.compile:
             continue
         from tileops.kernels.plans.pieces import plan_for
@@ -73,14 +83,19 @@ def main() -> None:
         from tileops.tuner.timing import time_cuda
 
         q, k, v, beta, h0 = inputs(batch, tokens, heads)
+        if args.profile:
+            for launch in built.values():
+                launch(q, k, v, None, beta, h0)
+            torch.cuda.synchronize()
+            continue
         ro, rh = DeltaNetFwdOp(scale=128 ** -0.5, target="reference")(*(x.double() for x in (q, k, v, beta, h0)))
         for width, launch in built.items():
             o, ht = launch(q, k, v, None, beta, h0)
             torch.cuda.synchronize()
             row = dict(row=name, width=width, o_err=error(o, ro), state_err=error(ht, rh),
                        ms=time_cuda(lambda: launch(q, k, v, None, beta, h0)).median_ms)
-            plan = plan_for(width, 64, heads, batch, tokens, None, None, device)
-            if plan.cut:
+            plan = plan_for(width, 64, heads, batch, tokens, None, None, device) if launch.fused else None
+            if plan is not None and plan.cut:
                 flat = (q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, heads, 128),
                         beta.reshape(-1, heads), beta.reshape(-1, heads), *([launch.no_gate(device)] * 2))
                 begin, rows = plan.starts, plan.exact_rows[1]
@@ -92,9 +107,9 @@ def main() -> None:
             results.append(row)
             print(json.dumps(row), flush=True)
     if results:
-        print(f"\n{'row':4} {'width':>5} {'ms':>7} {'entries':>8} {'walk':>7} {'o err':>9} {'S err':>9}")
+        print(f"\n{'row':4} {'width':>9} {'ms':>7} {'entries':>8} {'walk':>7} {'o err':>9} {'S err':>9}")
         for r in results:
-            print(f"{r['row']:4} {r['width']:5} {r['ms']:7.4f} {r.get('entries_ms', 0):8.4f} "
+            print(f"{r['row']:4} {str(r['width']):>9} {r['ms']:7.4f} {r.get('entries_ms', 0):8.4f} "
                   f"{r.get('walk_ms', 0):7.4f} {r['o_err']:9.2e} {r['state_err']:9.2e}")
 
 

@@ -65,7 +65,8 @@ def prefill_jobs() -> list[tuple]:
 
 def op_jobs() -> list[tuple]:
     """(kernel, config, spec) that dispatch picks for the op-level GPU tests' prefill calls (GDN's
-    and DeltaNet's) and the DeltaNet benchmark rows."""
+    and DeltaNet's) and the DeltaNet benchmark rows, the training step's forward and backward
+    included (decode kernels compile in seconds on the GPU machine)."""
     from tileops.cases import Case
     from tileops.dispatch.router import route
     from tileops.tuner.cases import spec_for_arch
@@ -79,10 +80,11 @@ def op_jobs() -> list[tuple]:
     for case in cases:
         if case.seqlens:
             case = replace(case, tokens=sum(case.seqlens))
-        spec = spec_for_arch(case, ARCH, DEVICE_NAME)
-        chosen = route(spec.entry, None, spec)
-        if chosen.kernel is not None and chosen.kernel.name.endswith("_prefill"):
-            jobs.append((chosen.kernel.name, chosen.selection.config, spec))
+        for call in case.calls():  # a training row: its forward and its backward
+            spec = spec_for_arch(call, ARCH, DEVICE_NAME)
+            chosen = route(spec.entry, None, spec)
+            if chosen.kernel is not None and not chosen.kernel.name.endswith("_decode"):
+                jobs.append((chosen.kernel.name, chosen.selection.config, spec))
     return jobs
 
 

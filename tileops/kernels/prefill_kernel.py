@@ -32,7 +32,7 @@ from tileops.kernels.config import TiledConfig
 from tileops.kernels.calls import shape_problem
 from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.plans.entries import WARM_REACH
-from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width
+from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width, summary_tile
 from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, chain_smem_bytes, fused_smem_bytes
 from tileops.kernels.registry import register
 
@@ -246,6 +246,9 @@ def plan(config: PrefillConfig, spec: CallSpec, gated: bool = True) -> str:
     cut = (f"one fused kernel over pieces of at most {config.piece_chunks} chunks ({told}; sequences longer "
            f"than a piece are cut). ")
     exact = "every piece's state and transition summarised at once, then chained through each sequence"
+    chunks = -(-spec.tokens // config.chunk_size)
+    if summary_tile(spec.dim_v, None if spec.mode == "varlen" else walks, chunks, config.piece_chunks, sms):
+        exact += " (each summary on two CTAs of 64 value rows: so few would leave SMs idle)"
     if not gated:
         return (cut + "Without a gate nothing is forgotten: a piece after its sequence's first starts from its "
                 f"exact entry state: {exact}")

@@ -104,6 +104,7 @@ def errors(case: Case, outputs: tuple, args: tuple) -> tuple[float, float]:
 
 def assert_close(case: Case, errs: tuple[float, float]) -> None:
     state_tol = TOLERANCE[case.state_dtype] if case.state_dtype != torch.float32 else 2e-5
+    print(f"relative error: decode {case.name}: o {errs[0]:.2e}, state {errs[1]:.2e}")  # shown by pytest -s
     assert errs[0] < TOLERANCE[case.dtype], f"{case.name}: o rel. error {errs[0]:.2e}"
     assert errs[1] < state_tol, f"{case.name}: state rel. error {errs[1]:.2e}"
 

@@ -12,10 +12,10 @@ import torch
 from tileops import dispatch
 from tileops.cases import Case
 from tileops.kernels.deltanet.prefill import KERNEL
-from tileops.kernels.prefill_kernel import PrefillConfig, default, fused_config
+from tileops.kernels.prefill_kernel import PrefillConfig, fused_config
 from tileops.kernels.registry import get_kernel
 from tileops.tuner.cases import spec_for_arch
-from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
+from tests.kernels.resources import assert_fits_an_sm, block_threads, launch_smem, needs_nvcc, runtime_dims
 
 
 def h200(case: Case):
@@ -53,7 +53,7 @@ def test_dispatch_serves_deltanet_prefill_in_tree(case):
 
 def test_few_long_sequences_are_cut_and_every_later_piece_starts_exact():
     spec = h200(Case("deltanet", 1, 32768, 16, 16, 128))
-    config = default(spec)
+    config = KERNEL.default(spec)
     assert config.fused and config.piece_chunks
     plan = KERNEL.plan(config, spec)
     assert "Without a gate nothing is forgotten" in plan and "exact entry state" in plan
@@ -95,7 +95,25 @@ def test_programs_compile_for_sm90a_and_read_no_gate(case):
 def test_the_two_pass_first_pass_reads_no_gate():
     from tileops.kernels.launch.chunked_programs import compile_prep
 
-    spec = h200(Case("deltanet", 1, 32768, 2, 4, 64, "float16"))
-    config = default(spec)
-    assert not config.fused  # a 64-wide state of few long sequences walks whole, V split over CTAs
+    spec = h200(Case("deltanet", 64, 2048, 2, 4, 64, "float16"))
+    config = KERNEL.default(spec)
+    assert not config.fused  # a 64-wide state of many sequences: V split over CTAs
     assert not re.search(r"\bg\[", compile_prep(config, spec, gated=False).get_kernel_source())
+
+
+@needs_nvcc
+def test_summaries_that_would_leave_sms_idle_walk_half_the_value_rows_a_cta():
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    # B4×T8192 H16 in pieces of 64: 64 summary jobs, 128 CTAs of 64 value rows on 132 SMs.
+    spec = h200(Case("deltanet", 4, 8192, 16, 16, 128))
+    config = KERNEL.default(spec)
+    assert config.piece_chunks == 64
+    split = PrefillLauncher(config, spec, gated=False).summary
+    assert block_threads(split) == 256  # one state warpgroup and the first pass's
+    assert assert_fits_an_sm(split, launch_smem(split)).spilled == 0
+    # B1×T32768: 208 jobs already fill the SMs twice over; each CTA walks all 128 rows.
+    long = h200(Case("deltanet", 1, 32768, 16, 16, 128))
+    whole = PrefillLauncher(KERNEL.default(long), long, gated=False).summary
+    assert block_threads(whole) == 384
+

@@ -88,11 +88,13 @@ def warm_rows(k, g, beta, plan, reach, has_init, sequences):
     return begin, rows
 
 
-def schedule(q, k, v, g, beta, h0, lengths, piece_chunks, scale, reach=0):
+def schedule(q, k, v, g, beta, h0, lengths, piece_chunks, scale, reach=0, value_tile=0):
     """(o [T, HV, V], final [N, HV, K, V]) of packed sequences [T, H, .] through the exact schedule:
     every piece that does not start its sequence from its entry state (``reach`` 0), or only those
     whose warm-up would reach back more than ``reach`` chunks. ``g`` None: no gate (DeltaNet), the
-    programs' log decays 0 and the plan's ``exact_rows`` in place of ``warm_start``'s."""
+    programs' log decays 0 and the plan's ``exact_rows`` in place of ``warm_start``'s.
+    ``value_tile``: each summary walked as the split program walks it, that many value rows at a
+    time (the identity's rows from the tile's first on), 0 all at once."""
     heads, value_heads = k.shape[1], v.shape[1]
     group = value_heads // heads
     plan = host_plan(lengths, piece_chunks, C, value_heads, CPU)
@@ -123,7 +125,10 @@ def schedule(q, k, v, g, beta, h0, lengths, piece_chunks, scale, reach=0):
                 st, vp = torch.eye(dim, dtype=F64), torch.zeros_like(vp)
             else:
                 st = h0[row, hv].T if row >= 0 else torch.zeros(dim, dim, dtype=F64)
-            summaries[int(ep.out_row[j]), hv] = walk(qp, kp, vp, gp, bp, st, scale=scale, outputs=False)[1].T
+            tile = value_tile or dim
+            for v0 in range(0, dim, tile):  # value rows v0.. of Sᵀ: the columns v0.. of the stored state
+                rows_t = walk(qp, kp, vp[:, v0:v0 + tile], gp, bp, st[v0:v0 + tile], scale=scale, outputs=False)[1]
+                summaries[int(ep.out_row[j]), hv, :, v0:v0 + tile] = rows_t.T
     entries = torch.full((n + plan.count, value_heads, dim, dim), float("nan"), dtype=F64)
     if h0 is not None:
         entries[:n] = h0
@@ -249,3 +254,15 @@ def test_each_piece_is_summarised_once_and_chained_in_order():
         starts = [int(plan.start[p]) for p in pieces]
         assert starts == sorted(starts) and int(plan.start[pieces[0]]) == int(plan.first[pieces[0]])
         assert all(int(plan.end[a]) == int(plan.start[b]) for a, b in zip(pieces, pieces[1:]))
+
+
+@pytest.mark.parametrize("gates", ["zero", "weak"])
+def test_summaries_walked_in_value_row_tiles_are_the_recurrence(rng, gates):
+    # The split summary program (``value_tile``): each CTA walks half of Sᵀ's value rows, the
+    # transitions' from the identity's rows of its half.
+    lengths, piece_chunks, init = CUTS[1]
+    q, k, v, g, beta, h0 = inputs(rng, lengths, 1, 2, 16, gates, init)
+    o, final = schedule(q, k, v, g, beta, h0, lengths, piece_chunks, 0.25, value_tile=8)
+    ref_o, ref_final = reference(q, k, v, g, beta, h0, lengths, 0.25)
+    assert relative(o, ref_o) <= 1e-12
+    assert relative(final, ref_final) <= 1e-12

@@ -67,12 +67,14 @@ def compile_fused(config: KernelConfig, spec: CallSpec, gated: bool = True):
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
-def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True):
-    """The pieces' summaries for ``spec``'s exact schedule: each piece's state and transition."""
+def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True, value_tile: int = 0):
+    """The pieces' summaries for ``spec``'s exact schedule: each piece's state and transition, on
+    ``value_tile`` value rows a CTA (0: all)."""
     program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                             chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
                             walk_moves="elementwise", walk_issue=config.walk_issue, stages=config.num_stages,
-                            sequences="pieces", scale=query_scale(spec), summary=True, **transform_flags(spec, gated))
+                            sequences="pieces", scale=query_scale(spec), summary=True, value_tile=value_tile,
+                            **transform_flags(spec, gated))
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 

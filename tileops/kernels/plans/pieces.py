@@ -132,11 +132,28 @@ def piece_width(walks: int, chunks: int, sms: int, exact: bool = False) -> int:
             continue
         pieces = -(-chunks // width)
         cost = -(-walks * pieces // sms) * (width + (0 if exact else WARM_CHUNKS))
-        if exact:  # R of every piece but the last, Φ of every middle one
-            cost += -(-walks * (2 * pieces - 3) // sms) * width * SUMMARY_COST + (pieces - 2) * CHAIN_STEP
+        if exact:
+            cost += -(-walks * summary_jobs(chunks, width) // sms) * width * SUMMARY_COST + (pieces - 2) * CHAIN_STEP
         if cost < best_cost:
             best, best_cost = width, cost
     return best
+
+
+def summary_jobs(chunks: int, piece_chunks: int) -> int:
+    """The exact schedule's summary jobs for one sequence of ``chunks`` chunks cut every
+    ``piece_chunks``: R of every piece but the last, Φ of every middle one."""
+    pieces = -(-chunks // piece_chunks) if piece_chunks else 1
+    return 2 * pieces - 3 if pieces > 1 else 0
+
+
+def summary_tile(dim_v: int, walks: Optional[int], chunks: int, piece_chunks: int, sms: int) -> int:
+    """The value rows a summary CTA walks: 64 of a 128-wide state when ``walks`` (sequence, value
+    head) pairs of equal lengths have so few summary jobs that twice their CTAs fill at most one
+    wave (the halves run side by side on SMs that would idle), else 0, all of them. Packed
+    lengths (``walks`` None) are not known when the programs are built."""
+    if dim_v != 128 or walks is None:
+        return 0
+    return 64 if 0 < 2 * walks * summary_jobs(chunks, piece_chunks) <= sms else 0
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,

@@ -52,7 +52,7 @@ STATE_REGS = 192  # a state thread: Sᵀ (64 fp32), its 16-bit copy and three C-
 def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str,
                   sequences: str, state_v_first: bool, l2norm: bool, gated: bool, gate_in_kernel: bool,
                   beta_sigmoid: bool, neg_eigval: bool, scale: float, walk_moves: str = "elementwise", walk_issue: str = "serial",
-                  stages: int = FUSED_STAGES, summary: bool = False):
+                  stages: int = FUSED_STAGES, summary: bool = False, value_tile: int = 0):
     """The TileLang program, specialised on everything but lengths and counts.
 
     Arguments: q, k, v, g, beta, a_log, dt_bias, h0, then the tables of ``sequences`` (equal,
@@ -70,9 +70,13 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     transition: the walk from the identity with v = 0 (K = V), Φ in the state's place. After
     ``h0`` it takes the walk's rows [P, HV] (``warm_start``'s), each job's chain [J], the chains'
     pieces [Q, M] and N: a job walks only if a piece of its chain starts from an entry row
-    (N or above) for its value head.
+    (N or above) for its value head. ``value_tile`` (a summary's, 64 of a 128-wide state): each
+    CTA walks that many value rows of the job's state (grid (V / value_tile, HV, jobs)), which the
+    delta rule updates independently of the others, Φ's included; 0 walks all V.
     """
     H, HV, K, V, C, S, SO = heads, value_heads, dim_k, dim_v, chunk, stages, FUSED_STAGES
+    BV = value_tile or V  # the value rows one CTA walks
+    assert BV == V or (summary and V % BV == 0 and BV % 64 == 0), "only a summary splits the value rows"
     ahead = S > SO  # the first pass may run ahead of the walk's use of its results
     through_v = ahead and walk_moves == "matrix"  # the output through the chunk's V tile, before its refill
     by_copy_engine = walk_moves == "tma-output"  # whole output tiles stored by the copy engine, from two tiles
@@ -81,11 +85,11 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     output_first = through_v or by_copy_engine
     group = HV // H
     accum = "float32"
-    walkers = WARPGROUP * (V // 64)
+    walkers = WARPGROUP * (BV // 64)
     threads = walkers + WARPGROUP
     # What setmaxnreg moves: the launch gives every thread the same share (rounded to 8).
-    shifted = V // 64 > 1
-    aux_regs = REGISTERS // threads // 8 * 8 * (V // 64 + 1) - STATE_REGS * (V // 64)
+    shifted = BV // 64 > 1
+    aux_regs = REGISTERS // threads // 8 * 8 * (BV // 64 + 1) - STATE_REGS * (BV // 64)
     tokens = T.dynamic("tokens")
     seqs = Sequences(sequences, HV, with_state=True, tokens=tokens)
     pieces = sequences == "pieces"
@@ -102,10 +106,10 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     outputs.append(("ht", T.Tensor(seqs.state_shape(HV, K, V, state_v_first, out=True), accum)))
     # T' is zero in the rows and columns of tokens past the sequence's end (their β is), so the walk
     # needs no masks.
-    step, store_output = walk_step(rows=V, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, m_transposed=True,
                                    moves=walk_moves, issue=walk_issue, masked=False, outputs=not summary)
     prelude = SOURCE + REGISTERS_SOURCE + (MATRIX_MOVES_SOURCE if walk_moves == "matrix" else "")
-    load_state, store_state = state_io(value_rows=True, rows=V, cols=K, state_v_first=state_v_first)
+    load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
     transform = input_transforms(gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid,
                                  neg_eigval=neg_eigval)
     products = key_products(rows=C, width=K, l2norm=l2norm, keys_first=True, wait=False, queries=not summary)
@@ -113,13 +117,17 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                                                             queries=not summary)
 
     @T.macro
-    def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv):
+    def load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0, h, hv, v0):
         """Start the copies of the chunk at t0 into stage s; its barrier completes when they land:
-        q, k and v by the copy engine, issued by one thread, the gates and step sizes by cp.async."""
+        q, k and v (its value rows v0 on) by the copy engine, issued by one thread, the gates and
+        step sizes by cp.async."""
         if not summary:  # a summary has no output: its first pass forms no M
             T.tma_copy(q[t0:t0 + C, h, :], q_s[s, :, :], barrier=loaded[s])
         T.tma_copy(k[t0:t0 + C, h, :], k_s[s, :, :], barrier=loaded[s])
-        T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
+        if BV == V:
+            T.tma_copy(v[t0:t0 + C, hv, :], v_s[s, :, :], barrier=loaded[s])
+        else:
+            T.tma_copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s[s, :, :], barrier=loaded[s])
         if gated:  # without a gate g is not read
             T.async_copy(g[t0:t0 + C, hv], gi_s[s, :])
         T.async_copy(beta[t0:t0 + C, hv], bi_s[s, :])
@@ -168,18 +176,19 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             store_output(o_f, tile, s, o, t0, hv, 0, 0, hi)
 
     @T.macro
-    def identity(s_f, transition):
-        """The transition's walk starts from the identity (a summary's job with ``init_row`` −2)."""
-        for i, j in T.Parallel(V, K):
-            s_f[i, j] = T.if_then_else(transition, T.if_then_else(i == j, 1.0, 0.0), s_f[i, j])
+    def identity(s_f, transition, v0):
+        """The transition's walk starts from the identity (a summary's job with ``init_row`` −2):
+        its value rows v0 on."""
+        for i, j in T.Parallel(BV, K):
+            s_f[i, j] = T.if_then_else(transition, T.if_then_else(v0 + i == j, 1.0, 0.0), s_f[i, j])
 
     @T.macro
     def run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, bos, eos, init_row, has_init, out_row, store_from,
-            transition):
+            transition, v0):
         h = hv // group
         q_s = T.alloc_shared([S, C, K], dtype)
         k_s = T.alloc_shared([S, C, K], dtype)
-        v_s = T.alloc_shared([S, C, V], dtype)
+        v_s = T.alloc_shared([S, C, BV], dtype)
         gi_s = T.alloc_shared([S, C], accum)
         bi_s = T.alloc_shared([S, C], accum)
         tp_s = T.alloc_shared([SO, C, C], dtype)
@@ -198,14 +207,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         if tx < walkers:
             if shifted:
                 T.set_max_nreg(STATE_REGS, 1)
-            s_f = T.alloc_fragment([V, K], accum)
+            s_f = T.alloc_fragment([BV, K], accum)
             if not summary:
                 o_f = T.alloc_fragment([V, C], accum)
             for c in T.serial(T.min(windows, S)):
-                load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv)
-            load_state(h0, s_f, init_row, hv, 0, has_init)
+                load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, c, bos + c * C, h, hv, v0)
+            load_state(h0, s_f, init_row, hv, v0, has_init)
             if summary:
-                identity(s_f, transition)
+                identity(s_f, transition, v0)
             for c in T.serial(windows):
                 s = c % S
                 so = c % SO
@@ -226,14 +235,14 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                     if by_copy_engine:
                         T.tma_store_wait(1)  # the store of the chunk before has read its tile
                 if c + S < windows:
-                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv)
+                    load_inputs(q, k, v, g, beta, q_s, k_s, v_s, gi_s, bi_s, loaded, s, t0 + S * C, h, hv, v0)
                 if not (output_first or summary):
                     emit_output(o_f, o_s, 0, o, t0, hv, hi, store_from)
             if pieces:
                 if out_row >= 0:
-                    store_state(ht, s_f, out_row, hv, 0)
+                    store_state(ht, s_f, out_row, hv, v0)
             else:
-                store_state(ht, s_f, out_row, hv, 0)
+                store_state(ht, s_f, out_row, hv, v0)
             if by_copy_engine and not summary:
                 T.tma_store_wait(0, read=False)
         else:
@@ -255,23 +264,35 @@ def fused_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     def launch(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, seqs):
         with T.Kernel(HV, seqs.walks, threads=threads, prelude=prelude) as (hv, n):
             run(q, k, v, g, beta, a_log, dt_bias, h0, o, ht, hv, seqs.begin(n, hv), seqs.end(n, hv), seqs.init_row(n, hv),
-                seqs.has_init(n, hv), seqs.out_row(n), seqs.store_from(n), False)
+                seqs.has_init(n, hv), seqs.out_row(n), seqs.store_from(n), False, 0)
+
+    @T.macro
+    def summary_job(q, k, v, g, beta, a_log, dt_bias, h0, walk_rows, job_chain, chain_piece, sequences, ht, seqs,
+                    hv, n, v0):
+        """Job n's walk for value head hv, its value rows v0 on."""
+        needed = T.alloc_var("int32")
+        needed = 0
+        for r in T.serial(chain_piece.shape[1]):
+            piece = chain_piece[job_chain[n], r]
+            if piece >= 0:
+                if walk_rows[piece, hv] >= sequences:
+                    needed = 1
+        # A job nobody needs walks no chunk and moves no state: an empty range, no state in or out.
+        bos = seqs.begin(n, hv)
+        run(q, k, v, g, beta, a_log, dt_bias, h0, None, ht, hv, bos, T.if_then_else(needed > 0, seqs.end(n, hv), bos),
+            seqs.init_row(n, hv), T.if_then_else(needed > 0, seqs.has_init(n, hv), 0),
+            T.if_then_else(needed > 0, seqs.out_row(n), -1), seqs.store_from(n),
+            T.And(needed > 0, seqs.transition(n, hv)), v0)
 
     @T.macro
     def launch_summary(q, k, v, g, beta, a_log, dt_bias, h0, walk_rows, job_chain, chain_piece, sequences, ht, seqs):
-        with T.Kernel(HV, seqs.walks, threads=threads, prelude=prelude) as (hv, n):
-            needed = T.alloc_var("int32")
-            needed = 0
-            for r in T.serial(chain_piece.shape[1]):
-                piece = chain_piece[job_chain[n], r]
-                if piece >= 0:
-                    if walk_rows[piece, hv] >= sequences:
-                        needed = 1
-            # A job nobody needs walks no chunk and moves no state: an empty range, no state in or out.
-            bos = seqs.begin(n, hv)
-            run(q, k, v, g, beta, a_log, dt_bias, h0, None, ht, hv, bos, T.if_then_else(needed > 0, seqs.end(n, hv), bos),
-                seqs.init_row(n, hv), T.if_then_else(needed > 0, seqs.has_init(n, hv), 0),
-                T.if_then_else(needed > 0, seqs.out_row(n), -1), seqs.store_from(n),
-                T.And(needed > 0, seqs.transition(n, hv)))
+        if BV == V:
+            with T.Kernel(HV, seqs.walks, threads=threads, prelude=prelude) as (hv, n):
+                summary_job(q, k, v, g, beta, a_log, dt_bias, h0, walk_rows, job_chain, chain_piece, sequences, ht,
+                            seqs, hv, n, 0)
+        else:
+            with T.Kernel(V // BV, HV, seqs.walks, threads=threads, prelude=prelude) as (vt, hv, n):
+                summary_job(q, k, v, g, beta, a_log, dt_bias, h0, walk_rows, job_chain, chain_piece, sequences, ht,
+                            seqs, hv, n, vt * BV)
 
     return kernel_entry("summary" if summary else "fused", seqs, inputs, outputs, launch_summary if summary else launch)
