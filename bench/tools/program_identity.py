@@ -128,7 +128,12 @@ def lower_only(program, target=None, pass_configs=None, **_):
 
 
 def programs(launcher) -> dict[str, Lowered]:
-    """The lowered programs a launcher holds (attributes, and the values of its dicts)."""
+    """The lowered programs a launcher holds (attributes, and the values of its dicts); a family's
+    argument order around it (a closure over the launcher) is looked through."""
+    for cell in getattr(launcher, "__closure__", None) or ():
+        inner = programs(cell.cell_contents) if hasattr(cell.cell_contents, "__dict__") else {}
+        if inner:
+            return inner
     found = {}
     for name, value in sorted(vars(launcher).items()):
         members = enumerate(value.values()) if isinstance(value, dict) else [(None, value)]
