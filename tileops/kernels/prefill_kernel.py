@@ -258,8 +258,7 @@ def plan(config: PrefillConfig, spec: CallSpec, gated: bool = True) -> str:
     cut = (f"one fused kernel over pieces of at most {config.piece_chunks} chunks ({told}; sequences longer "
            f"than a piece are cut). ")
     exact = "every piece's state and transition summarised at once, then chained through each sequence"
-    chunks = -(-spec.tokens // config.chunk_size)
-    if summary_tile(spec.dim_v, None if spec.mode == "varlen" else walks, chunks, config.piece_chunks, sms):
+    if summary_tile(spec, config.piece_chunks, config.chunk_size):
         exact += " (each summary on two CTAs of 64 value rows: so few would leave SMs idle)"
     if not gated:
         return (cut + "Without a gate nothing is forgotten: a piece after its sequence's first starts from its "

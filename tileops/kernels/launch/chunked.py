@@ -17,7 +17,6 @@ from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.launch.chunked_programs import (compile_chain, compile_fused, compile_piece_entries, compile_prep,
                                                      compile_summary, compile_warm_start)
-from tileops.kernels.hardware import sm_count
 from tileops.kernels.plans.entries import entry_plan
 from tileops.kernels.plans.packing import packed
 from tileops.kernels.plans.pieces import plan_for, summary_tile
@@ -51,13 +50,8 @@ class PrefillLauncher:
         pieces = bool(config.piece_chunks)
         # Without a gate nothing is forgotten: every later piece takes its exact entry, no warm-up.
         self.warm_start = compile_warm_start(config, spec, gated) if pieces and gated else None
-        if pieces:
-            walks = None if self.varlen else spec.batch * spec.value_heads
-            tile = summary_tile(spec.dim_v, walks, -(-spec.tokens // config.chunk_size), config.piece_chunks,
-                                sm_count(spec.device, spec.arch))
-            self.summary = compile_summary(config, spec, gated, value_tile=tile)
-        else:
-            self.summary = None
+        self.summary = compile_summary(config, spec, gated, summary_tile(spec, config.piece_chunks,
+                                                                         config.chunk_size)) if pieces else None
         self.piece_entries = compile_piece_entries(spec) if pieces else None
         self.chain = None if config.fused else compile_chain(config, spec)
         self.prep = None if config.fused else compile_prep(config, spec, gated)

@@ -18,6 +18,9 @@ from typing import Optional
 
 import torch
 
+from tileops.callspec import CallSpec
+from tileops.kernels.hardware import sm_count
+
 PIECE_WIDTHS = (16, 32, 64, 128)  # the chunks a piece of a cut sequence may span
 WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, about e^-0.1 a token
 SUMMARY_COST = 0.8  # a summary job's chunk against a walk's (docs/exact-pieces.md)
@@ -146,14 +149,15 @@ def summary_jobs(chunks: int, piece_chunks: int) -> int:
     return 2 * pieces - 3 if pieces > 1 else 0
 
 
-def summary_tile(dim_v: int, walks: Optional[int], chunks: int, piece_chunks: int, sms: int) -> int:
-    """The value rows a summary CTA walks: 64 of a 128-wide state when ``walks`` (sequence, value
-    head) pairs of equal lengths have so few summary jobs that twice their CTAs fill at most one
-    wave (the halves run side by side on SMs that would idle), else 0, all of them. Packed
-    lengths (``walks`` None) are not known when the programs are built."""
-    if dim_v != 128 or walks is None:
+def summary_tile(spec: CallSpec, piece_chunks: int, chunk: int) -> int:
+    """The value rows a summary CTA walks for ``spec`` cut every ``piece_chunks`` chunks: 64 of a
+    128-wide state when its (sequence, value head) pairs of equal lengths have so few summary jobs
+    that twice their CTAs fill at most one wave (the halves run side by side on SMs that would
+    idle), else 0, all of them. Packed lengths are not known when the programs are built."""
+    if spec.dim_v != 128 or spec.mode == "varlen":
         return 0
-    return 64 if 0 < 2 * walks * summary_jobs(chunks, piece_chunks) <= sms else 0
+    jobs = spec.batch * spec.value_heads * summary_jobs(-(-spec.tokens // chunk), piece_chunks)
+    return 64 if 0 < 2 * jobs <= sm_count(spec.device, spec.arch) else 0
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,
