@@ -61,13 +61,14 @@ if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     cp "$OUT/sm90.jsonl" tileops/snapshots/sm90.jsonl
 fi
 if [ "$STEP" = test ] || [ "$STEP" = all ]; then
-    # One process per group, so that the groups' first compiles run side by side.
+    # One process per group, so that the groups' first compiles run side by side; -s keeps each
+    # check's printed relative error in the logs.
     unset TILEOPS_DB
     run_group() {
         local name
         name=$(basename "$1" .py)
         [ "${2:-}" = -k ] && name="$name-${3%% *}"
-        timeout 400 python3 -m pytest -q -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
+        timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -q -s -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
     }
     if [ "$OP" = deltanet ]; then
         run_group tests/kernels/deltanet/test_deltanet_prefill_gpu.py &
@@ -86,7 +87,10 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         run_group tests/kernels/decode/test_decode_families_gpu.py &
         timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     fi
-    run_group tests/tuner/test_tuned_default_agree.py &
+    # Each shipped row compiles a random other config of its key: three processes share the rows.
+    run_group tests/tuner/test_tuned_default_agree.py -k prefill &
+    run_group tests/tuner/test_tuned_default_agree.py -k chunk &
+    run_group tests/tuner/test_tuned_default_agree.py -k "decode or user or fresh" &
     run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py tests/ops/test_compile.py &
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT"/prefill-errors.log 2>/dev/null

@@ -101,7 +101,8 @@ def main_command(
     replot: Optional[Path] = typer.Option(None, help="Render the table and plot of an earlier results.json."),
     peer_timeout: float = typer.Option(900.0, help="Seconds each peer may run (compiles included)."),
     cold_start: bool = typer.Option(False, help="Only measure first-call seconds: with an empty compile "
-                                                "cache, then after `tileops-db warm`."),
+                                                "cache, then after `tileops-db warm` (the first row of each "
+                                                "kind --rows names)."),
 ) -> None:
     """Time ours and the peers on the op's benchmark rows; print a table, write JSON and a plot."""
     if gates not in GATE_KINDS:
@@ -109,7 +110,8 @@ def main_command(
     if cold_start:
         from tileops.cli.cold_start import measure_cold_start
 
-        firsts = [bench_rows(op, "prefill")[0], bench_rows(op, "decode")[0]]
+        kinds = ("prefill", "decode") if rows_kind == "all" else (rows_kind,)
+        firsts = [bench_rows(op, kind)[0] for kind in kinds]
         for label, cold, warm in measure_cold_start(firsts):
             for name, phases in (("empty compile cache", cold), ("after `tileops-db warm`", warm)):
                 console.print(f"{label}, {name}: import {phases['import_s']:.3f} s, construct "

@@ -62,8 +62,17 @@ def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 
           gates: str = "benchmark") -> list[dict]:
     """Every row, its gates drawn as ``gates`` says (``tileops.cases.log_decays``): our time, each
     peer's, the work and the floor."""
-    ours = {c.label: time_ours(c, gates) for c in cases}
-    peers = {p: time_peer(p, cases, peers_path, peer_timeout_s, gates) for p in PEERS} if peers_path else {}
+    ours = {}
+    for c in cases:  # each figure as it comes, so that a run cut short still shows what it measured
+        ours[c.label] = time_ours(c, gates)
+        print(f"ours {c.label}: {ours[c.label]['ms']:.4f} ms (first call {ours[c.label]['first_call_s']:.1f} s)",
+              flush=True)
+    peers = {}
+    for p in PEERS if peers_path else ():
+        start = time.perf_counter()
+        peers[p] = time_peer(p, cases, peers_path, peer_timeout_s, gates)
+        done = ", ".join(f"{label} {r['ms']:.4f} ms" for label, r in peers[p].items() if r.get("ms") is not None)
+        print(f"{p} in {time.perf_counter() - start:.0f} s: {done or 'no rows'}", flush=True)
     out = []
     for c in cases:
         label = c.label if gates == "benchmark" else f"{c.label} [{gates} gates]"

@@ -1,0 +1,114 @@
+"""Device script: where one op call's time goes, kernel by kernel.
+
+    python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark]
+
+For each benchmark row of the op (ours, dispatch's default): the call timed by the tuner's
+protocol (CUDA events after an L2 flush), the same call replayed from a CUDA graph (no host
+work), the host's time to issue it and where the host spends it, and the profiler's kernels of one flushed call: each one's
+start after the first and its duration, so that idle gaps between launches show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def host_issue_us(call, repeats: int = 30) -> float:
+    """Median µs the host spends issuing ``call`` onto an idle stream."""
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def host_profile(call, calls: int = 20, top: int = 12) -> str:
+    """cProfile of the host's side of ``calls`` calls, the functions that spent most time themselves."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def graphed(call):
+    """``call`` captured once into a CUDA graph; returns the replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph.replay
+
+
+def kernel_rows(call) -> list[tuple[str, float, float]]:
+    """(kernel, start µs after the first kernel, duration µs) of one call after an L2 flush."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush.zero_()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    if not kernels:
+        return []
+    first = kernels[0].time_range.start
+    return [(e.name[:60], e.time_range.start - first, e.time_range.elapsed_us()) for e in kernels]
+
+
+def main() -> None:
+    from tileops.cli.bench import bench_rows
+    from tileops.tuner.cases import make_inputs, make_op
+    from tileops.tuner.timing import time_cuda
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--op", default="deltanet")
+    parser.add_argument("--rows", default="prefill")
+    parser.add_argument("--gates", default="benchmark")
+    args = parser.parse_args()
+    for case in bench_rows(args.op, args.rows):
+        if case.entry == "train":
+            continue
+        op, inputs = make_op(case), make_inputs(case, seed=0, gates=args.gates)
+        call = lambda: op(*inputs)  # noqa: E731
+        call()
+        protocol = time_cuda(call).median_ms
+        replay = time_cuda(graphed(call)).median_ms
+        print(f"\n{case.label} ({args.gates} gates): protocol {protocol:.4f} ms, CUDA-graph replay {replay:.4f} ms, "
+              f"host issue {host_issue_us(call):.1f} µs", flush=True)
+        rows = kernel_rows(call)
+        busy = sum(d for _, _, d in rows)
+        span = rows[-1][1] + rows[-1][2] if rows else 0.0
+        for name, start, duration in rows:
+            print(f"  {start:9.1f} µs  {duration:9.1f} µs  {name}")
+        print(f"  kernels {busy:.1f} µs busy over a {span:.1f} µs span", flush=True)
+        print(host_profile(call), flush=True)
+
+
+if __name__ == "__main__":
+    main()
