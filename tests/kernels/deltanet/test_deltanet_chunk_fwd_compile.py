@@ -32,6 +32,13 @@ def test_the_default_is_valid(call):
     KERNEL.validate_config(KERNEL.default(call), call)
 
 
+def test_a_64_wide_state_of_few_walks_halves_its_tiles():
+    """64-column tiles of a 64-wide state at B4 H16 would fill half the SMs: the tune's winner,
+    32-column tiles on lean CTAs with prefetch, is the default; the 128-wide state keeps its 64."""
+    assert KERNEL.default(spec(batch=4, heads=16, dim=64)) == ChunkFwdConfig(block_v=32, threads=128, num_stages=2)
+    assert KERNEL.default(spec(batch=4, heads=16, dim=128)) == ChunkFwdConfig(block_v=64, threads=256, num_stages=2)
+
+
 def test_configs_that_cannot_hold_the_state_are_refused_in_words():
     with pytest.raises(ValueError, match="state cells"):
         KERNEL.validate_config(ChunkFwdConfig(block_v=128, threads=128), spec())

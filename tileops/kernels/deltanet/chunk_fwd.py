@@ -49,13 +49,17 @@ def refuse(spec: CallSpec) -> Optional[str]:
 
 
 def default(spec: CallSpec) -> ChunkFwdConfig:
-    """64-column V tiles once there are 32 (batch, head) walks, else 32; two lean CTAs per SM (128
-    threads, no prefetch) once the tiles fill two waves, else one of 256 threads with prefetch
-    (the measurements: docs/benchmarks.md, DeltaNet's chunked training forward)."""
+    """64-column V tiles once there are 32 (batch, head) walks, else 32; tiles of 32 also where 64
+    would leave half the SMs idle (a 64-wide state of few walks); then two lean CTAs per SM (128
+    threads, no prefetch) once the tiles fill two waves, one of 256 threads with prefetch where
+    64-column tiles fill at most one, and 128 threads with prefetch for the halved tiles (the
+    measurements: docs/benchmarks.md, DeltaNet's chunked training forward and its tunes)."""
     walks, sms = spec.batch * spec.heads, sm_count(spec.device, spec.arch)
     block_v = min(spec.dim_v, 64 if walks >= 32 else 32)
     if walks * (spec.dim_v // block_v) >= 2 * sms:
         return ChunkFwdConfig(block_v=block_v, threads=128, num_stages=1)
+    if block_v == 64 and 2 * walks * (spec.dim_v // block_v) <= sms:
+        return ChunkFwdConfig(block_v=32, threads=128, num_stages=2)
     return ChunkFwdConfig(block_v=block_v, threads=256, num_stages=2)
 
 
