@@ -112,11 +112,10 @@ def main_command(
 
         kinds = ("prefill", "decode") if rows_kind == "all" else (rows_kind,)
         firsts = [bench_rows(op, kind)[0] for kind in kinds]
-        for label, cold, warm in measure_cold_start(firsts):
-            for name, phases in (("empty compile cache", cold), ("after `tileops-db warm`", warm)):
-                console.print(f"{label}, {name}: import {phases['import_s']:.3f} s, construct "
-                              f"{phases['construct_s']:.3f} s, first call {phases['first_call_s']:.3f} s; "
-                              f"{sum(phases.values()):.3f} s in all", soft_wrap=True, highlight=False)
+        for label, name, phases in measure_cold_start(firsts):
+            console.print(f"{label}, {name}: import {phases['import_s']:.3f} s, construct "
+                          f"{phases['construct_s']:.3f} s, first call {phases['first_call_s']:.3f} s; "
+                          f"{sum(phases.values()):.3f} s in all", soft_wrap=True, highlight=False)
         return
     if overhead:
         from tileops.cli.overhead import measure

@@ -45,10 +45,13 @@ def first_call_seconds(case_json: str, env: dict | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure_cold_start(cases: list) -> Iterator[tuple[str, dict, dict]]:
-    """(label, cold, warm) per case, as each is measured (``first_call_seconds``' phases): each in a
-    fresh process over its own compile cache, first empty, then after `tileops-db warm` compiled
-    the case's config into it."""
+COLD, WARM = "empty compile cache", "after `tileops-db warm`"
+
+
+def measure_cold_start(cases: list) -> Iterator[tuple[str, str, dict]]:
+    """(label, ``COLD`` or ``WARM``, ``first_call_seconds``' phases) per case, each as soon as it is
+    measured (a run cut short keeps what it had): a fresh process over the case's own compile
+    cache, first empty, then after `tileops-db warm` compiled the case's config into it."""
     from tileops.db.schemas import WinnerRecord
     from tileops.dispatch.key import key_for
     from tileops.dispatch.router import route
@@ -58,7 +61,7 @@ def measure_cold_start(cases: list) -> Iterator[tuple[str, dict, dict]]:
     for case in cases:
         with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as folder:
             env = dict(os.environ, TILELANG_CACHE_DIR=cache, TILEOPS_DB=os.path.join(folder, "tuning.db"))
-            cold = first_call_seconds(case.to_json(), env)
+            yield case.label, COLD, first_call_seconds(case.to_json(), env)
             spec, _ = make_op(case.smallest()).describe(*make_inputs(case.smallest(), seed=0))
             chosen = route(spec.entry, None, spec)
             key = key_for(chosen.kernel.name, spec)
@@ -66,7 +69,7 @@ def measure_cold_start(cases: list) -> Iterator[tuple[str, dict, dict]]:
                                   config=chosen.selection.config.model_dump(), time_ms=1.0,
                                   source_hash=get_kernel(chosen.kernel.name).source_hash, call=case.to_json())
             _warm_in_fresh_process(record, env)
-            yield case.label, cold, first_call_seconds(case.to_json(), env)
+            yield case.label, WARM, first_call_seconds(case.to_json(), env)
 
 
 def _warm_in_fresh_process(record, env: dict) -> None:

@@ -2,6 +2,7 @@
 
     python bench/studies/deltanet_pieces.py --compile   # fill TileLang's cache (works without a GPU)
     python bench/studies/deltanet_pieces.py             # on the GPU: errors, then a table of ms
+    python bench/studies/deltanet_pieces.py --tiles 0 64 [--compile]   # summary tiles and layouts
     ncu -k regex:"summary|fused" --launch-count 2 --section WarpStateStats --section SourceCounters -o rep \
         python bench/studies/deltanet_pieces.py --rows B4 --widths 64 --two-pass --profile   # see fused_stalls.py
 
@@ -15,6 +16,7 @@ two-pass chains (``TWO_PASS``) walk every sequence whole on V tiles instead, no 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -34,11 +36,12 @@ TWO_PASS = {"value64s1": dict(state_major="value", block_v=64, threads=128, num_
             "key32s2": dict(state_major="key", block_v=32, threads=256, num_stages=2)}
 
 
-def spec_of(batch, tokens, heads, device):
+def spec_of(batch, tokens, heads, device, state_v_first=False):
     return CallSpec(op="deltanet", entry="DeltaNetFwdOp", mode="prefill", dtype=torch.bfloat16, device=device,
                     arch="sm90", device_name="NVIDIA H200", batch=batch, tokens=tokens, heads=heads,
                     value_heads=heads, dim_k=128, dim_v=128,
-                    flags=make_flags(scale=128 ** -0.5, use_qk_l2norm_in_kernel=False, has_initial_state=True))
+                    flags=make_flags(scale=128 ** -0.5, use_qk_l2norm_in_kernel=False, has_initial_state=True,
+                                     state_v_first=state_v_first))
 
 
 def inputs(batch, tokens, heads, seed=1):
@@ -58,6 +61,47 @@ def error(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
+def summary_tiles(args, device) -> None:
+    """``--tiles``: 64-chunk pieces with summaries on all 128 value rows a CTA or on 64 (two CTAs to
+    an SM where they take more than a wave), the state key- or value-major (the entries kernel reads
+    the transitions along rows in the one and down columns in the other): ms of the call, of the
+    summaries with the entries, of the entries alone (timing only: they chain unwritten summaries)
+    and of the walk."""
+    from tileops.kernels.launch.chunked import PrefillLauncher
+    from tileops.kernels.launch.chunked_programs import compile_summary
+    from tileops.kernels.plans.pieces import plan_for
+    from tileops.tuner.timing import time_cuda
+
+    print(f"{'row':4} {'layout':>6} {'tile':>4} {'call':>7} {'summ+ent':>8} {'entries':>7} {'walk':>7}  (ms)")
+    for name in args.rows:
+        batch, tokens, heads = ROWS[name]
+        for v_first in (False, True):
+            spec = spec_of(batch, tokens, heads, device, state_v_first=v_first)
+            config = fused_config(128, walk_moves="tma-output", stages=3, piece_chunks=64)
+            base = PrefillLauncher(config, spec, gated=False)
+            for tile in args.tiles:
+                launch = copy.copy(base)
+                launch.summary = compile_summary(config, spec, gated=False, value_tile=tile)
+                if args.compile:
+                    continue
+                q, k, v, beta, h0 = inputs(batch, tokens, heads)
+                plan = plan_for(64, 64, heads, batch, tokens, None, None, device)
+                flat = (q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, heads, 128),
+                        beta.reshape(-1, heads), beta.reshape(-1, heads), *([launch.no_gate(device)] * 2))
+                rows = plan.exact_rows[1]
+                alone = copy.copy(launch)
+                alone.summary = lambda *_: None
+                entries = launch.exact_entries(plan, flat, h0, rows)
+                o_flat, final = torch.empty_like(v).view(-1, heads, 128), torch.empty_like(h0)
+                ms = [time_cuda(f).median_ms for f in (
+                    lambda: launch(q, k, v, None, beta, h0),
+                    lambda: launch.exact_entries(plan, flat, h0, rows),
+                    lambda: alone.exact_entries(plan, flat, h0, rows),
+                    lambda: launch.walk_pieces(plan, flat, entries, plan.starts, rows, o_flat, final))]
+                layout = "value" if v_first else "key"
+                print(f"{name:4} {layout:>6} {tile:4} {ms[0]:7.4f} {ms[1]:8.4f} {ms[2]:7.4f} {ms[3]:7.4f}", flush=True)
+
+
 def main() -> None:
     from tileops.kernels.launch.chunked import PrefillLauncher
 
@@ -67,8 +111,12 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", default=list(ROWS))
     parser.add_argument("--widths", nargs="*", type=int, default=list(PIECE_WIDTHS))
     parser.add_argument("--two-pass", nargs="*", default=list(TWO_PASS))
+    parser.add_argument("--tiles", nargs="*", type=int, help="summary value tiles to compare (0: all rows)")
     args = parser.parse_args()
     device = torch.device("cuda", 0)
+    if args.tiles is not None:
+        summary_tiles(args, device)
+        return
     results = []
     for name in args.rows:
         batch, tokens, heads = ROWS[name]
