@@ -4,7 +4,7 @@
 # from the shipped snapshot, export the sm90 snapshot, run the family's GPU tests (agreement of
 # tuned and default configs included), benchmark against the peers, and measure cold start and
 # host overhead. Everything lands in $OUT (default ./h200-out).
-#   [OP=deltanet] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|tune|test|bench|decode|cold|all] [trials]
+#   [OP=deltanet] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
 # TUNE_SETS: the dtype:width pairs to tune (default: the preset's own).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
@@ -14,6 +14,7 @@
 #   python bench/tools/compile_gpu_tests.py                              # the GPU tests' prefill builds
 #   python bench/studies/gdn_prefill_dev.py --compile                      # the ab step's builds
 #   python bench/studies/exact_pieces.py --compile                         # the exact step's builds
+#   python bench/studies/deltanet_pieces.py --compile; ... --tiles 0 64 --compile  # the pieces step's
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
 # No install step there: the checkout is on PYTHONPATH (.device/setup.sh puts it there), and
@@ -44,6 +45,15 @@ if [ "$STEP" = exact ]; then
     # the exact schedule on every piece, with their errors against float64.
     unset TILEOPS_DB
     timeout 300 python3 bench/studies/exact_pieces.py 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/exact.log"
+fi
+if [ "$STEP" = pieces ]; then
+    # DeltaNet's few long sequences: 64-chunk pieces as the 2026-12-02 study timed them (with errors), the
+    # summary tiles and state layouts with the entries timed alone, and each bench row's call
+    # kernel by kernel with the host's share.
+    unset TILEOPS_DB
+    timeout 240 python3 bench/studies/deltanet_pieces.py --widths 64 --two-pass 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/pieces.log"
+    timeout 150 python3 bench/studies/deltanet_pieces.py --tiles 0 64 2>&1 | grep -v -E "INFO|WARNING" | tee -a "$OUT/pieces.log"
+    timeout 120 python3 bench/studies/call_timeline.py --op deltanet 2>&1 | grep -v -E "INFO|WARNING" | tee -a "$OUT/pieces.log"
 fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     # The shipped rows first, so that the export below keeps the keys this run does not tune.
