@@ -47,9 +47,9 @@ if [ "$STEP" = exact ]; then
     timeout 300 python3 bench/studies/exact_pieces.py 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/exact.log"
 fi
 if [ "$STEP" = pieces ]; then
-    # DeltaNet's few long sequences: 64-chunk pieces as the 2026-12-02 study timed them (with errors), the
-    # summary tiles and state layouts with the entries timed alone, and each bench row's call
-    # kernel by kernel with the host's share.
+    # DeltaNet's few long sequences: 64-chunk pieces as the 2026-12-02 study timed them (with
+    # errors), the summary tiles and state layouts with the entries timed alone, and each bench
+    # row's call kernel by kernel with the host's share.
     unset TILEOPS_DB
     timeout 240 python3 bench/studies/deltanet_pieces.py --widths 64 --two-pass 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/pieces.log"
     timeout 150 python3 bench/studies/deltanet_pieces.py --tiles 0 64 2>&1 | grep -v -E "INFO|WARNING" | tee -a "$OUT/pieces.log"
