@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench.studies.deltanet_pieces import inputs, spec_of  # noqa: E402
+from bench.studies.deltanet_pieces import flat_inputs, inputs, spec_of  # noqa: E402
 from tileops.kernels.prefill_kernel import fused_config  # noqa: E402
 
 BATCH, HEADS, CHUNKS = 4, 16, 128
@@ -55,10 +55,7 @@ def main() -> None:
 
     def flat(tokens):
         q, k, v, beta, h0 = inputs(BATCH, tokens, HEADS)
-        beta = beta.reshape(-1, HEADS)
-        none = variants["serial s3"][0].no_gate(device)
-        return (q.reshape(-1, HEADS, 128), k.reshape(-1, HEADS, 128), v.reshape(-1, HEADS, 128), beta, beta,
-                none, none), h0
+        return flat_inputs(variants["serial s3"][0], q, k, v, beta), h0
 
     def summary(chunks, launcher):
         """The summaries of sequences cut in two, the first piece ``chunks`` long: one job each."""

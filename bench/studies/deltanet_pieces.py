@@ -57,6 +57,15 @@ def inputs(batch, tokens, heads, seed=1):
     return q, k, v, beta, h0
 
 
+def flat_inputs(launch, q, k, v, beta):
+    """What the launcher's programs read of an ungated call (``PrefillLauncher``'s inputs): q, k, v
+    and β per token, β standing in for the gate, and zeros for A_log and dt_bias."""
+    heads = q.shape[2]
+    beta = beta.reshape(-1, heads)
+    none = launch.no_gate(q.device)
+    return q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, heads, 128), beta, beta, none, none
+
+
 def error(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
 
@@ -72,7 +81,8 @@ def summary_tiles(args, device) -> None:
     from tileops.kernels.plans.pieces import plan_for
     from tileops.tuner.timing import time_cuda
 
-    print(f"{'row':4} {'layout':>6} {'tile':>4} {'call':>7} {'summ+ent':>8} {'entries':>7} {'walk':>7}  (ms)")
+    if not args.compile:
+        print(f"{'row':4} {'layout':>6} {'tile':>4} {'call':>7} {'summ+ent':>8} {'entries':>7} {'walk':>7}  (ms)")
     for name in args.rows:
         batch, tokens, heads = ROWS[name]
         for v_first in (False, True):
@@ -86,8 +96,7 @@ def summary_tiles(args, device) -> None:
                     continue
                 q, k, v, beta, h0 = inputs(batch, tokens, heads)
                 plan = plan_for(64, 64, heads, batch, tokens, None, None, device)
-                flat = (q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, heads, 128),
-                        beta.reshape(-1, heads), beta.reshape(-1, heads), *([launch.no_gate(device)] * 2))
+                flat = flat_inputs(launch, q, k, v, beta)
                 rows = plan.exact_rows[1]
                 alone = copy.copy(launch)
                 alone.summary = lambda *_: None
@@ -144,8 +153,7 @@ def main() -> None:
                        ms=time_cuda(lambda: launch(q, k, v, None, beta, h0)).median_ms)
             plan = plan_for(width, 64, heads, batch, tokens, None, None, device) if launch.fused else None
             if plan is not None and plan.cut:
-                flat = (q.reshape(-1, heads, 128), k.reshape(-1, heads, 128), v.reshape(-1, heads, 128),
-                        beta.reshape(-1, heads), beta.reshape(-1, heads), *([launch.no_gate(device)] * 2))
+                flat = flat_inputs(launch, q, k, v, beta)
                 begin, rows = plan.starts, plan.exact_rows[1]
                 row["entries_ms"] = time_cuda(lambda: launch.exact_entries(plan, flat, h0, rows)).median_ms
                 entries = launch.exact_entries(plan, flat, h0, rows)
