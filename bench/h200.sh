@@ -4,7 +4,7 @@
 # from the shipped snapshot, export the sm90 snapshot, run the family's GPU tests (agreement of
 # tuned and default configs included), benchmark against the peers, and measure cold start and
 # host overhead. Everything lands in $OUT (default ./h200-out).
-#   [OP=deltanet] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
+#   [OP=deltanet|kda] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
 # TUNE_SETS: the dtype:width pairs to tune (default: the preset's own).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
@@ -88,6 +88,13 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         run_group tests/cli/test_bench_training.py &
         # The exact schedule's summaries are shared with GDN's cut sequences.
         run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "exact or pieces" &
+    elif [ "$OP" = kda ]; then
+        # One process per group of builds, so that their compiles run side by side.
+        for k in "k128-equal or hv2h" "packed and not value" "value-first or l2norm" "neg-eigval or flat-bias" \
+                 "grid-bias or no-bias" "strongest or weak" "thousand" "block-128 or stages" "paired"; do
+            run_group tests/kernels/kda/test_kda_prefill_gpu.py -k "$k" &
+        done
+        run_group tests/kernels/decode/test_decode_families_gpu.py -k "kda or KDA" &
     else
         run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
         run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &

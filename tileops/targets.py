@@ -35,7 +35,7 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "DeltaNetRecurrentFwdOp": ("tl.deltanet_decode",),
     "DeltaNetChunkFwdOp": ("tl.deltanet_chunk_fwd",),
     "DeltaNetChunkBwdOp": ("tl.deltanet_chunk_bwd",),
-    "KDAFwdOp": ("tl.kda_decode",),
+    "KDAFwdOp": ("tl.kda_decode", "tl.kda_prefill"),
     "GLAFwdOp": ("tl.gla_decode",),
     "GLARecurrentFwdOp": ("tl.gla_decode",),
 }

@@ -46,7 +46,8 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   ``gla/decode.py`` register ``tl.kda_decode`` and ``tl.gla_decode``, each a ``DecodeRule``
   (gate, delta rule) and its ops' argument order on the shared decode pieces (``decode_kernel``:
   ``plans.decode_tile``'s ``DecodeConfig``, ``default_config`` and ``decode_problem``,
-  ``programs.decode``, ``launch.decode``). Their prefill and chunked ops are served by
-  ``reference_kernels``; their prefill kernels are to come beside these, adding only their
-  config space, refusals, default, registration and the blocks the shared layer lacks.
+  ``programs.decode``, ``launch.decode``). ``kda/prefill.py`` (``tl.kda_prefill``:
+  ``launch.chunked_channel``, ``programs.chunk_prep_channel``'s per-channel gated products, then
+  ``chain_value`` under ``chunk_h``'s per-channel walk) serves KDA's prefill. GLA's prefill and
+  chunked ops are served by ``reference_kernels``.
 """

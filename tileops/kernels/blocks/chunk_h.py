@@ -9,6 +9,12 @@ sequence masked):
     Xᵀ = Vᵀ − (Sᵀ Kᵀ) diag(f_x)        Δᵀ = Xᵀ T'ᵀ
     Oᵀ = (Sᵀ Qᵀ) diag(f_o) + Δᵀ Mᵀ
     Sᵀ = f_c Sᵀ + (Δᵀ diag(f_s)) K
+
+Under one decay per key channel (KDA) no row factor can carry the decay: the first pass hands
+the walk its keys and queries already decayed, K_x = K ⊙ e^γ, Q_o = scale · Q ⊙ e^γ and
+K_s = K ⊙ e^{γ_end − γ}, and the decay of the state's columns d = e^{γ_end}:
+
+    Xᵀ = Vᵀ − Sᵀ K_xᵀ        Δᵀ = Xᵀ T'ᵀ        Oᵀ = Sᵀ Q_oᵀ + Δᵀ Mᵀ        Sᵀ = Sᵀ diag(d) + Δᵀ K_s
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -20,7 +26,8 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
-              moves: str = "elementwise", issue: str = "serial", masked: bool = True, outputs: bool = True):
+              moves: str = "elementwise", issue: str = "serial", masked: bool = True, outputs: bool = True,
+              channel: bool = False):
     """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
     the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
@@ -53,6 +60,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     by_copy_engine = moves == "tma-output"
     paired = issue == "paired"
     assert not (matrix and masked), "the matrix moves take no mask"
+    assert not (channel and (matrix or not outputs)), "the per-channel walk moves elementwise and has outputs"
     x_operand, output_rows = matrix_moves(dtype)
 
     def kept(value, j, lo, hi):
@@ -89,7 +97,14 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             x_operand(x_a, ks_f, v_s, f_s, s, so, T.get_thread_binding())
         else:
             for i, j in T.Parallel(BV, C):
-                x_a[i, j] = kept(values(v_s[s, j, i], with_v) - f_s[so, 0, j] * ks_f[i, j], j, lo, hi)
+                x_a[i, j] = kept(values(v_s[s, j, i], with_v) - (ks_f[i, j] if channel else f_s[so, 0, j] * ks_f[i, j]),
+                                 j, lo, hi)
+
+    @T.macro
+    def channel_delta(d_f, d_a, lo, hi):
+        """Δᵀ as the 16-bit A operand of both its products (the keys carry the decays)."""
+        for i, j in T.Parallel(BV, C):
+            d_a[i, j] = kept(d_f[i, j], j, lo, hi)
 
     @T.macro
     def delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi):
@@ -102,17 +117,18 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
 
     @T.macro
     def decay_state(s_f, f_s, so, hi):
+        """The state's decay over the chunk: f_c of its last row, or per column (``channel``)."""
         for i, j in T.Parallel(BV, K):
-            s_f[i, j] = s_f[i, j] * f_s[so, 3, hi - 1]
+            s_f[i, j] = s_f[i, j] * (f_s[so, j] if channel else f_s[so, 3, hi - 1])
 
     @T.macro
-    def carry(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, with_v):
+    def carry(q_s, k_s, ku_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, with_v):
         s_a = T.alloc_fragment([BV, K], dtype)
         ks_f = T.alloc_fragment([BV, C], accum)
         x_a = T.alloc_fragment([BV, C], dtype)
         d_f = T.alloc_fragment([BV, C], accum)
         d_a = T.alloc_fragment([BV, C], dtype)
-        dk_a = T.alloc_fragment([BV, C], dtype)
+        dk_a = d_a if channel else T.alloc_fragment([BV, C], dtype)  # the keys carry the decays
         T.copy(s_f, s_a)
         if outputs:
             two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
@@ -120,21 +136,32 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             T.gemm(s_a, k_s[s, :, :], ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
         build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi, with_v)
         T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi)
+        if channel:
+            channel_delta(d_f, d_a, lo, hi)
+        else:
+            delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi)
         if not outputs:
             decay_state(s_f, f_s, so, hi)
-            T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+            T.gemm(dk_a, ku_s[s, :, :], s_f, policy=ROWS)
         elif paired:
             decay_state(s_f, f_s, so, hi)
-            two_products(d_a, m_s[so, :, :], o_f, dk_a, k_s[s, :, :], s_f, False, not m_transposed, False)
+            two_products(d_a, m_s[so, :, :], o_f, dk_a, ku_s[s, :, :], s_f, False, not m_transposed, False)
         else:
             T.gemm(d_a, m_s[so, :, :], o_f, transpose_B=not m_transposed, policy=ROWS)
             decay_state(s_f, f_s, so, hi)
-            T.gemm(dk_a, k_s[s, :, :], s_f, policy=ROWS)
+            T.gemm(dk_a, ku_s[s, :, :], s_f, policy=ROWS)
 
     @T.macro
     def step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f):
-        carry(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, True)
+        carry(q_s, k_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, True)
+
+    @T.macro
+    def summary_step(q_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, with_v):
+        carry(q_s, k_s, k_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, with_v)
+
+    @T.macro
+    def channel_step(q_s, k_s, ku_s, v_s, tp_s, m_s, d_s, s, so, lo, hi, s_f, o_f):
+        carry(q_s, k_s, ku_s, v_s, tp_s, m_s, d_s, s, so, lo, hi, s_f, o_f, True)
 
     @T.macro
     def tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi):
@@ -158,4 +185,4 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
             else:
                 tile_rows(o_s, o_stage, o, t0, hv, v0, lo, hi)
 
-    return (step if outputs else carry), store_output
+    return (channel_step if channel else step if outputs else summary_step), store_output

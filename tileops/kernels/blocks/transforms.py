@@ -24,6 +24,15 @@ def gate_transform(raw, a_log, dt_bias):
     return -T.exp(a_log + log_softplus(raw + dt_bias))
 
 
+def channel_gate_transform(x, a_log, lower_bound):
+    """KDA's gate in kernel for one key channel, from the raw gate x (dt_bias added), never NaN:
+    with ``lower_bound`` (a Python float) lb·sigmoid(e^A_log x), a zero x staying zero even for an
+    infinite e^A_log; else −exp(A_log + log softplus(x)), finite or −inf (a full reset)."""
+    if lower_bound is not None:
+        return lower_bound * T.sigmoid(T.if_then_else(x == 0.0, 0.0, T.exp(a_log) * x))
+    return -T.exp(a_log + log_softplus(x))
+
+
 def input_transforms(*, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool):
     """A macro that writes one token's gate and step size, transformed as the flags say, into
     row ``row`` of ``g_s`` and ``b_s``; the gate no lower than ``LOG_DECAY_FLOOR``."""

@@ -1,3 +1,3 @@
-"""KDA TileLang kernels (the delta rule under per-channel gates): single-token decode."""
+"""KDA TileLang kernels (the delta rule under per-channel gates): chunked prefill and single-token decode."""
 
-from tileops.kernels.kda import decode  # noqa: F401  (registers its kernel)
+from tileops.kernels.kda import decode, prefill  # noqa: F401  (each registers its kernel)

@@ -16,13 +16,16 @@ EXCHANGE_BLOCKS = 6  # X_0 β, X_1 β, X_2 β, N_10, N_20, N_21
 EXCHANGE_BYTES = EXCHANGE_BLOCKS * 16 * EXCHANGE_LD * 2
 
 
-def chain_smem_bytes(chunk: int, dim_k: int, block_v: int, stages: int, key_major: bool, elem: int) -> int:
+def chain_smem_bytes(chunk: int, dim_k: int, block_v: int, stages: int, key_major: bool, elem: int,
+                     channel: bool = False) -> int:
     """Shared memory of the chain: pipelined inputs per stage plus the per-chunk work tiles (the
     state's copy and four C × block_v tiles key-major; only the output tile value-major), the V and
-    output tiles with their padded rows."""
+    output tiles with their padded rows. ``channel``: under one decay per key channel a stage holds
+    three key tiles (Q_o, K_x, K_s) and the K column decays instead of the row factors."""
     C, K, BV = chunk, dim_k, block_v
     padded = C * (BV + ROW_PAD)  # the V and output tiles
-    per_stage = (2 * C * K + padded + 2 * C * C) * elem + 4 * C * 4
+    keys, factors = (3 * C * K, K * 4) if channel else (2 * C * K, 4 * C * 4)
+    per_stage = (keys + padded + 2 * C * C) * elem + factors
     work = (K * BV + 3 * C * BV + padded if key_major else padded) * elem
     return stages * per_stage + work + SMEM_SLACK
 

@@ -36,7 +36,7 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     load_state, store_state = state_io(value_rows=False, rows=K, cols=BV, state_v_first=state_v_first)
 
     @T.macro
-    def run_chain(q, k, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):
+    def run_chain(q, k, ku, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):  # ku: no update keys
         h = hv // group
         v0 = bv * BV
         q_s = T.alloc_shared([C, K], dtype)

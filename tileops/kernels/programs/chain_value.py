@@ -3,13 +3,14 @@
 One CTA per (V tile, value head, sequence) walks its sequence's C-token windows in order, each
 by ``chunk_h.walk_step`` (every product takes its left operand from registers; only the output
 goes through shared memory), with T', M and the row factors of the first pass. One warpgroup
-per 64 value rows.
+per 64 value rows. Under one decay per key channel (``channel``) it reads the first pass's decayed
+keys and queries and each segment's decay instead of q, k and the row factors (``chunk_h``).
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.blocks.chunk_h import WARPGROUP_ROWS, walk_step
-from tileops.kernels.blocks.chunk_loads import chunk_loader
+from tileops.kernels.blocks.chunk_loads import channel_chunk_loader, chunk_loader
 from tileops.kernels.blocks.state_io import state_io
 from tileops.kernels.plans.tiles import ROW_PAD
 from tileops.kernels.programs.chain import chain_kernel
@@ -17,22 +18,23 @@ from tileops.kernels.programs.chain import chain_kernel
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                  num_stages: int, issue: str = "serial"):
+                  num_stages: int, issue: str = "serial", channel: bool = False):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
-    Arguments and grid: ``chain.chain_kernel``, with ``threads`` one warpgroup per 64 of
-    the ``block_v`` value rows. ``issue``: how the walk's products wait (``walk_step``).
+    Arguments and grid: ``chain.chain_kernel`` (with its ``channel``), with ``threads`` one warpgroup
+    per 64 of the ``block_v`` value rows. ``issue``: how the walk's products wait (``walk_step``).
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     assert threads == 128 * BV // WARPGROUP_ROWS, "one warpgroup per 64 value rows"
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue)
+    load_channel_chunk = channel_chunk_loader(C, BV)
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue, channel=channel)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro
-    def run_chain(q, k, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):  # hs: no boundary states
+    def run_chain(q, k, ku, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):  # hs: no boundary states
         h = hv // group
         v0 = bv * BV
         # One stage of the tiles walk_step reads (the pipeline adds its own).
@@ -41,24 +43,35 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         v_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
         tp_s = T.alloc_shared([1, C, C], dtype)
         m_s = T.alloc_shared([1, C, C], dtype)
-        f_s = T.alloc_shared([1, 4, C], accum)
+        f_s = T.alloc_shared([1, K] if channel else [1, 4, C], accum)  # the decays of the state's columns, or the row factors
         o_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
         s_f = T.alloc_fragment([BV, K], accum)
         o_f = T.alloc_fragment([BV, C], accum)
+        if channel:
+            ku_s = T.alloc_shared([1, C, K], dtype)
 
         load_state(h0, s_f, n, hv, v0, has_init)
         w0 = bos // C
         windows = T.if_then_else(eos > bos, T.ceildiv(eos, C) - w0, 0)
         for c in T.Pipelined(windows, num_stages=num_stages):
             t0 = (w0 + c) * C
-            load_chunk(q, k, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], v_s[0, :, 0:BV], tp_s[0, :, :], m_s[0, :, :],
-                       f_s[0, :, :], t0, h, hv, v0)
+            if channel:
+                # The segment ending the sequence in this window has its own decay row, after the windows'.
+                row = T.if_then_else(eos <= t0 + C, T.ceildiv(q.shape[1], C) + n, w0 + c)
+                load_channel_chunk(q, k, ku, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], ku_s[0, :, :], v_s[0, :, 0:BV],
+                                   tp_s[0, :, :], m_s[0, :, :], f_s[0, :], t0, row, hv, v0)
+            else:
+                load_chunk(q, k, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], v_s[0, :, 0:BV], tp_s[0, :, :], m_s[0, :, :],
+                           f_s[0, :, :], t0, h, hv, v0)
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
 
-            step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
+            if channel:
+                step(q_s, k_s, ku_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
+            else:
+                step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
             store_output(o_f, o_s, 0, o, t0, hv, v0, lo, hi)
         store_state(ht, s_f, n, hv, v0)
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
-                        sequences=sequences, state_v_first=state_v_first, threads=threads)
+                        sequences=sequences, state_v_first=state_v_first, threads=threads, channel=channel)

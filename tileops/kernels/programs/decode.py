@@ -20,7 +20,7 @@ from typing import Optional
 
 import tilelang.language as T
 
-from tileops.kernels.blocks.transforms import gate_transform, log_softplus
+from tileops.kernels.blocks.transforms import channel_gate_transform, gate_transform
 from tileops.kernels.hardware import VEC, WARP
 from tileops.kernels.plans.decode_tile import thread_tile
 
@@ -111,12 +111,8 @@ def decode_program(s: DecodeShape):
         return x if s.state_dtype == f32 else T.cast(x, s.state_dtype)
 
     def channel_gate(x, a_log):
-        """A per-channel log decay from the raw gate x (dt_bias added), never NaN: with a lower
-        bound lb·sigmoid(e^A_log x) (a zero x stays zero, even for an infinite e^A_log), else
-        −exp(A_log + log softplus(x)), finite or −inf (a full reset)."""
-        if s.lower_bound is not None:
-            return s.lower_bound * T.sigmoid(T.if_then_else(x == 0.0, 0.0, T.exp(a_log) * x))
-        return -T.exp(a_log + log_softplus(x))
+        """A per-channel log decay from the raw gate x (dt_bias added): ``channel_gate_transform``."""
+        return channel_gate_transform(x, a_log, s.lower_bound)
 
     @T.prim_func
     def main(

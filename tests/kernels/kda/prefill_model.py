@@ -1,0 +1,128 @@
+"""KDA's two-pass prefill (``chunk_prep_channel`` then the per-channel value-major chain) in PyTorch,
+step for step: the packed token axis cut into 64-token windows, each window's segments (one per
+sequence it touches, γ restarting at each), the 16-row blocks met about their first rows, the
+pairs inside a block one by one, the WY solve, the decayed keys and queries and the segments'
+decay rows; then each sequence's walk over its windows with the columns outside it masked and
+the decay row its segment reads.
+
+``rounding`` (a 16-bit dtype, or None for exact float64) rounds what the GPU rounds: the
+off-diagonal operands to fp16, the first pass's outputs to the token dtype, and the walk's 16-bit
+operands (its copy of Sᵀ, Xᵀ and Δᵀ). Products accumulate in float64 either way.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
+
+F64 = torch.float64
+C = 64
+BLOCK = 16
+
+
+def rounded(x: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    return x if dtype is None else x.to(dtype).to(F64)
+
+
+def sequence_of(bounds: list[int], tokens: int) -> torch.Tensor:
+    """The sequence of every token of the packed axis."""
+    seq = torch.empty(tokens, dtype=torch.long)
+    for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        seq[a:b] = n
+    return seq
+
+
+def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
+    """The first pass's outputs: tp, m [HV, tokens, C], qo, kx, ks [HV, tokens, K], decay
+    [HV, W + N, K]. q, k, g [tokens, HV, K] (q and k already per value head, normalised as the
+    kernel's row factors would), beta [tokens, HV]; ``bounds`` the sequences' offsets."""
+    tokens, heads, dim = q.shape
+    windows = -(-tokens // C)
+    seq = sequence_of(bounds, tokens)
+    tp = torch.zeros(heads, tokens, C, dtype=F64)
+    m = torch.zeros_like(tp)
+    qo, kx, ks = (torch.zeros(heads, tokens, dim, dtype=F64) for _ in range(3))
+    decay = torch.zeros(heads, windows + len(bounds) - 1, dim, dtype=F64)
+    rows = torch.arange(C)
+    for w in range(windows):
+        t0 = w * C
+        n = min(C, tokens - t0)
+
+        def window(x):
+            out = torch.zeros((C, *x.shape[1:]), dtype=F64)
+            out[:n] = x[t0:t0 + n]
+            return out.transpose(0, 1)  # heads first
+        qw, kw, gw, bw = window(q), window(k), window(g), window(beta)
+        seg = torch.full((C,), -1, dtype=torch.long) - rows  # rows past the tokens meet no other row
+        seg[:n] = seq[t0:t0 + n]
+        starts = torch.tensor([bounds[s] for s in seg[:n]] + [t0 + i for i in range(n, C)])
+        ends = torch.tensor([bounds[s + 1] for s in seg[:n]] + [t0 + C] * (C - n))
+        restart = (starts - t0).clamp_min(0) == rows
+        gamma = torch.zeros_like(gw)
+        run = torch.zeros(heads, dim, dtype=F64)
+        for i in range(C):
+            run = torch.where(restart[i], 0.0, run) + gw[:, i].clamp_min(LOG_DECAY_FLOOR)
+            gamma[:, i] = run
+        same = seg[:, None] == seg[None, :]
+        a_sum = torch.zeros(heads, C, C, dtype=F64)
+        m_sum = torch.zeros_like(a_sum)
+        for blk in range(1, C // BLOCK):
+            r = blk * BLOCK
+            own = ((rows // BLOCK == blk) & same[:, r])[None, :, None]
+            before = ((rows < r) & same[:, r])[None, :, None]
+            down = (gamma - gamma[:, r:r + 1]).exp()
+            up = (gamma[:, r:r + 1] - gamma).exp()
+            lk = rounded(torch.where(own, kw * down, 0.0), rounding and torch.float16)
+            lq = rounded(torch.where(own, qw * down, 0.0), rounding and torch.float16)
+            rk = rounded(torch.where(before, kw * up, 0.0), rounding and torch.float16)
+            a_sum += lk @ rk.mT
+            m_sum += lq @ rk.mT
+        inner = rows[:, None] // BLOCK == rows[None, :] // BLOCK
+        pair_decay = (gamma[:, :, None, :] - gamma[:, None, :, :]).exp()
+        pair_decay = torch.where(inner[None, :, :, None] & (rows[:, None] >= rows[None, :])[None, :, :, None],
+                                 pair_decay, 0.0)
+        a_sum += torch.einsum("hic,hjc,hijc->hij", kw, kw, pair_decay)
+        m_sum += torch.einsum("hic,hjc,hijc->hij", qw, kw, pair_decay)
+        a = torch.where(same & (rows[None, :] < rows[:, None]), bw[:, :, None] * a_sum, 0.0)
+        mm = torch.where(same & (rows[None, :] <= rows[:, None]), scale * m_sum, 0.0)
+        eye = torch.eye(C, dtype=F64)
+        inverse = torch.linalg.solve_triangular(eye + a, eye.expand_as(a), upper=False, unitriangular=True)
+        end_row = (ends - t0).clamp(max=C) - 1
+        tp[:, t0:t0 + n] = rounded(inverse * bw[:, None, :], rounding)[:, :n]
+        m[:, t0:t0 + n] = rounded(mm, rounding)[:, :n]
+        qo[:, t0:t0 + n] = rounded(scale * qw * gamma.exp(), rounding)[:, :n]
+        kx[:, t0:t0 + n] = rounded(kw * gamma.exp(), rounding)[:, :n]
+        ks[:, t0:t0 + n] = rounded(kw * (gamma[:, end_row] - gamma).exp(), rounding)[:, :n]
+        decay[:, w] = gamma[:, n - 1].exp()
+        for i in range(n):
+            if t0 + i == ends[i] - 1:
+                decay[:, windows + seg[i]] = gamma[:, i].exp()
+    return tp, m, qo, kx, ks, decay
+
+
+def chain(first, v, bounds, initial_state=None, *, rounding=None):
+    """Each sequence's walk: (o [tokens, HV, V], final state [N, HV, K, V])."""
+    tp, m, qo, kx, ks, decay = first
+    heads, tokens, dim = qo.shape
+    windows = -(-tokens // C)
+    count = len(bounds) - 1
+    o = torch.zeros(tokens, heads, v.shape[-1], dtype=F64)
+    final = torch.zeros(count, heads, dim, v.shape[-1], dtype=F64)
+    for n in range(count):
+        bos, eos = bounds[n], bounds[n + 1]
+        state = torch.zeros(heads, dim, v.shape[-1], dtype=F64) if initial_state is None else initial_state[n].to(F64)
+        for w in range(bos // C, -(-eos // C)):
+            t0 = w * C
+            lo, hi = max(bos - t0, 0), min(eos - t0, C)
+            span = slice(t0 + lo, t0 + hi)
+            s16 = rounded(state, rounding)
+            x = rounded(v[span].transpose(0, 1).to(F64) - kx[:, span] @ s16, rounding)
+            delta = rounded(tp[:, span, lo:hi] @ x, rounding)
+            o[span] = (qo[:, span] @ s16 + m[:, span, lo:hi] @ delta).transpose(0, 1)
+            row = windows + n if eos <= t0 + C else w
+            state = decay[:, row, :, None] * state + ks[:, span].mT @ delta
+        final[n] = state
+    return o, final

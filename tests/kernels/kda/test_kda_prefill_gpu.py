@@ -1,0 +1,126 @@
+"""tl.kda_prefill on an sm90 GPU against the float64 reference: KDAFwdOp's prefill with every flag
+it takes, equal lengths and packed varlen (lengths not multiples of 64, a thousand short sequences,
+one long one), an initial state in both layouts, HV a multiple of H, K = V ∈ {64, 128}, fp16 and
+bf16, under gates from weak to KDA's lower bound; and each knob of the config space."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.kda.prefill import KERNEL, ChannelPrefillConfig
+from tileops.linear_attention import KDAFwdOp
+from tileops.tuner.gate import in_float64, relative_error
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                       reason="needs an sm90 (Hopper) GPU"),
+]
+
+# The float64 model with the GPU's roundings lands at 3-4e-3 (bf16) and 4-5e-4 (fp16) from the
+# reference (tests/kernels/kda/test_kda_prefill_model.py): these leave room for the order of sums.
+TOL = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
+OP_FLAGS = ("use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first",
+            "use_gate_in_kernel", "lower_bound")
+
+
+def inputs(seed, lengths, H, HV, D, dtype, *, batch=None, init=True, logits=False, gate=None, bias="flat",
+           normed=True, strength=1.0):
+    """Inputs of one call: packed ``lengths`` (B = 1), or ``batch`` equal sequences of lengths[0].
+    ``gate``: None for precomputed log decays (−strength · uniform(0, 1) a token, strength 5 being
+    KDA's lower bound), else the raw gate for the in-kernel transform with A_log and dt_bias laid
+    out as ``bias`` says (flat [HV·K], "grid" [HV, K] or None)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+    B, T = (1, sum(lengths)) if batch is None else (batch, lengths[0])
+    q, k = randn(B, T, H, D), randn(B, T, H, D)
+    if normed:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    v = randn(B, T, HV, D)
+    if gate is None:
+        g = -strength * torch.rand(B, T, HV, D, generator=gen, device="cuda")
+        a_log = dt_bias = None
+    else:
+        g = randn(B, T, HV, D)
+        a_log = torch.rand(HV, generator=gen, device="cuda") * 1.5 - 2.0
+        dt_bias = None if bias is None else 0.5 * randn(HV * D)
+        if bias == "grid":
+            dt_bias = dt_bias.view(HV, D)
+    beta = randn(B, T, HV) if logits else torch.rand(B, T, HV, generator=gen, device="cuda") * 0.8 + 0.1
+    n = B if batch is not None else len(lengths)
+    h0 = randn(n, HV, D, D) * 0.1 if init else None
+    cu = None
+    if batch is None:
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    return [x.to(dtype) for x in (q, k, v)] + [g, beta], h0, cu, a_log, dt_bias
+
+
+def check(op_flags, tensors, h0, cu, a_log, dt_bias, dtype, launch=None):
+    """Run the op (or ``launch``), then the float64 reference on the same arguments; the worst
+    relative error of o and the final state."""
+    q, k, v, g, beta = tensors
+    args = (q, k, v, g, beta, h0, cu, None if cu is None else cu.cpu(), a_log, dt_bias)
+    ours = (launch or KDAFwdOp(**op_flags))(*args)
+    ref = KDAFwdOp(**op_flags, target="reference")(*in_float64(args))
+    errors = [relative_error(x, y) for x, y in zip(ours, ref)]
+    print(f"kda prefill {dtype} {op_flags}: o {errors[0]:.2e}, state {errors[1]:.2e}")
+    assert max(errors) <= TOL[dtype], errors
+    return errors
+
+
+FEATURES = [
+    dict(id="bf16-k128-equal", dtype=torch.bfloat16, H=4, HV=4, D=128, lengths=(300,), batch=3),
+    dict(id="fp16-k64-equal-hv2h", dtype=torch.float16, H=2, HV=4, D=64, lengths=(256,), batch=2, init=False),
+    dict(id="bf16-k64-packed", dtype=torch.bfloat16, H=2, HV=4, D=64, lengths=(37, 64, 200, 5, 130)),
+    dict(id="fp16-k128-packed-value-first", dtype=torch.float16, H=2, HV=2, D=128, lengths=(100, 333),
+         flags=dict(state_v_first=True)),
+    dict(id="bf16-k128-l2norm-sigmoid", dtype=torch.bfloat16, H=2, HV=4, D=128, lengths=(190, 70), normed=False,
+         logits=True, flags=dict(use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True)),
+    dict(id="fp16-k64-neg-eigval", dtype=torch.float16, H=2, HV=2, D=64, lengths=(150,), logits=True,
+         flags=dict(use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True)),
+    dict(id="bf16-k128-gate-flat-bias", dtype=torch.bfloat16, H=2, HV=4, D=128, lengths=(160, 90), gate=True,
+         flags=dict(use_gate_in_kernel=True)),
+    dict(id="fp16-k64-gate-grid-bias-bound", dtype=torch.float16, H=2, HV=2, D=64, lengths=(210,), gate=True,
+         bias="grid", flags=dict(use_gate_in_kernel=True, lower_bound=-5.0)),
+    dict(id="bf16-k64-gate-no-bias-bound", dtype=torch.bfloat16, H=1, HV=2, D=64, lengths=(120, 8), gate=True,
+         bias=None, flags=dict(use_gate_in_kernel=True, lower_bound=-5.0)),
+    dict(id="bf16-k128-strongest-gates", dtype=torch.bfloat16, H=2, HV=2, D=128, lengths=(257,), strength=5.0),
+    dict(id="fp16-k128-weak-gates", dtype=torch.float16, H=2, HV=2, D=128, lengths=(257,), strength=2e-3),
+]
+
+
+@pytest.mark.parametrize("case", FEATURES, ids=[c["id"] for c in FEATURES])
+def test_every_feature_against_float64(case):
+    case = dict(case)
+    case.pop("id")
+    dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "H", "HV", "D", "lengths"))
+    flags = case.pop("flags", {})
+    check(flags, *inputs(0, lengths, H, HV, D, dtype, **case), dtype)
+
+
+def test_a_thousand_short_sequences_and_one_long():
+    """Packed calls of many short sequences (several in one window) and of one long one."""
+    gen = torch.Generator().manual_seed(1)
+    short = tuple(int(n) for n in torch.randint(1, 40, (1000,), generator=gen))
+    for lengths in (short, (8191,)):
+        check({}, *inputs(2, lengths, 2, 2, 64, torch.bfloat16), torch.bfloat16)
+
+
+def spec(dtype, H, HV, D, lengths) -> CallSpec:
+    return CallSpec(op="kda", entry="KDAFwdOp", mode="varlen", dtype=dtype, device=torch.device("cuda"), arch="sm90",
+                    device_name=torch.cuda.get_device_name(), batch=len(lengths), tokens=sum(lengths), heads=H,
+                    value_heads=HV, dim_k=D, dim_v=D, flags=make_flags(scale=D ** -0.5, has_initial_state=True))
+
+
+@pytest.mark.parametrize("config", [ChannelPrefillConfig(block_v=128), ChannelPrefillConfig(num_stages=1),
+                                    ChannelPrefillConfig(walk_issue="paired")], ids=["block-128", "stages-1", "paired"])
+def test_every_knob(config):
+    lengths = (100, 300, 64)
+    call = spec(torch.bfloat16, 2, 4, 128, lengths)
+    launch = KERNEL.build(KERNEL.validate_config(config, call), call)
+    check({}, *inputs(3, lengths, 2, 4, 128, torch.bfloat16), torch.bfloat16, launch=launch)

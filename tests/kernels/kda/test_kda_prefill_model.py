@@ -1,0 +1,92 @@
+"""KDA's two-pass prefill, step for step in float64 (``prefill_model``), against the reference
+recurrence: under every gate kind the benchmarks draw and gates down to KDA's lower bound of −5 a
+token, for equal lengths, packed sequences of lengths that are not multiples of 64 (several in
+one window), an initial state and value heads sharing key heads; and with the GPU's operand
+roundings, how far each token dtype lands from it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tileops.cases import GATE_KINDS, log_decays
+from tileops.reference import recurrent_delta_rule
+from tests.kernels.kda.prefill_model import F64, chain, first_pass
+
+GATES = GATE_KINDS + ("strong",)
+
+
+def gates(kind: str, shape: tuple, gen: torch.Generator) -> torch.Tensor:
+    """Per-channel log decays: the benchmarks' kinds, or uniform in (−5, 0) (``strong``)."""
+    if kind == "strong":
+        return -5 * torch.rand(shape, generator=gen, dtype=F64)
+    return log_decays(kind, shape, lambda s: torch.randn(s, generator=gen, dtype=F64),
+                      lambda s: torch.rand(s, generator=gen, dtype=F64), 16.0).to(F64)
+
+
+def call(lengths, heads=2, value_heads=4, dim=32, kind="mamba", seed=0, with_state=True):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = sum(lengths)
+    q = torch.randn(1, tokens, heads, dim, generator=gen, dtype=F64)
+    k = torch.nn.functional.normalize(torch.randn(1, tokens, heads, dim, generator=gen, dtype=F64), dim=-1)
+    v = torch.randn(1, tokens, value_heads, dim, generator=gen, dtype=F64)
+    g = gates(kind, (1, tokens, value_heads, dim), gen)
+    beta = torch.rand(1, tokens, value_heads, generator=gen, dtype=F64)
+    h0 = torch.randn(len(lengths), value_heads, dim, dim, generator=gen, dtype=F64) if with_state else None
+    bounds = [0]
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    return q, k, v, g, beta, h0, bounds
+
+
+def model(q, k, v, g, beta, h0, bounds, scale, rounding=None):
+    group = v.shape[2] // q.shape[2]
+    per_head = [x[0].repeat_interleave(group, dim=1) for x in (q, k)]
+    first = first_pass(*per_head, g[0], beta[0], bounds, scale=scale, rounding=rounding)
+    return chain(first, v[0], bounds, h0, rounding=rounding)
+
+
+def reference(q, k, v, g, beta, h0, bounds, scale):
+    o, final = recurrent_delta_rule(q, k, v, beta, g, scale=scale, initial_state=h0,
+                                    cu_seqlens=torch.tensor(bounds))
+    return o[0], final
+
+
+def relative(x, y):
+    return ((x - y).norm() / y.norm()).item()
+
+
+@pytest.mark.parametrize("kind", GATES)
+@pytest.mark.parametrize("lengths", [(200,), (37, 64, 100, 5, 130), (128, 128)], ids=["one", "packed", "equal"])
+def test_the_schedule_is_the_recurrence(kind, lengths):
+    """Exact in float64 (≤ 1e-12) whatever the gates: no pair crosses a sequence, no factor
+    overflows, every segment's state decays by its own row."""
+    args = call(lengths, kind=kind)
+    o, final = model(*args, scale=0.3)
+    ref_o, ref_final = reference(*args, scale=0.3)
+    assert relative(o, ref_o) <= 1e-12
+    assert relative(final, ref_final) <= 1e-12
+
+
+def test_a_full_reset_inside_a_block_is_exact():
+    """A log decay of −inf (floored in the kernel) forgets everything before it, across the blocks
+    met about a reference and inside one."""
+    q, k, v, g, beta, h0, bounds = call((150,), kind="mamba")
+    g[0, 70, :, :5] = float("-inf")
+    g[0, 100] = float("-inf")
+    o, final = model(q, k, v, g, beta, h0, bounds, scale=0.3)
+    ref_o, ref_final = reference(q, k, v, g, beta, h0, bounds, scale=0.3)
+    assert relative(o, ref_o) <= 1e-12 and relative(final, ref_final) <= 1e-12
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.bfloat16, 2e-2), (torch.float16, 3e-3)])
+@pytest.mark.parametrize("kind", ["strong", "mamba", "weak"])
+def test_operand_roundings_stay_within_the_gpu_tests_tolerance(dtype, bound, kind):
+    """The roundings the GPU makes, on inputs rounded to the token dtype, against the reference on
+    the same rounded inputs: the GPU tests' tolerance (``test_kda_prefill_gpu``) holds with room."""
+    q, k, v, g, beta, h0, bounds = call((37, 300, 70), dim=64, kind=kind, seed=3)
+    q, k, v = (x.to(dtype).to(F64) for x in (q, k, v))
+    o, final = model(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5, rounding=dtype)
+    ref_o, ref_final = reference(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5)
+    assert relative(o, ref_o) <= bound / 2
+    assert relative(final, ref_final) <= bound / 2
