@@ -4,7 +4,7 @@
 # from the shipped snapshot, export the sm90 snapshot, run the family's GPU tests (agreement of
 # tuned and default configs included), benchmark against the peers, and measure cold start and
 # host overhead. Everything lands in $OUT (default ./h200-out).
-#   [OP=deltanet|kda] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
+#   [OP=deltanet|kda|gla] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
 # TUNE_SETS: the dtype:width pairs to tune (default: the preset's own).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
@@ -95,6 +95,11 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
             run_group tests/kernels/kda/test_kda_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "kda or KDA" &
+    elif [ "$OP" = gla ]; then
+        for k in "k128-equal or no-state" "packed" "strongest or weak" "thousand" "knob"; do
+            run_group tests/kernels/gla/test_gla_prefill_gpu.py -k "$k" &
+        done
+        run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &
     else
         run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
         run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &

@@ -36,7 +36,7 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "DeltaNetChunkFwdOp": ("tl.deltanet_chunk_fwd",),
     "DeltaNetChunkBwdOp": ("tl.deltanet_chunk_bwd",),
     "KDAFwdOp": ("tl.kda_decode", "tl.kda_prefill"),
-    "GLAFwdOp": ("tl.gla_decode",),
+    "GLAFwdOp": ("tl.gla_decode", "tl.gla_prefill"),
     "GLARecurrentFwdOp": ("tl.gla_decode",),
 }
 

@@ -46,8 +46,9 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   ``gla/decode.py`` register ``tl.kda_decode`` and ``tl.gla_decode``, each a ``DecodeRule``
   (gate, delta rule) and its ops' argument order on the shared decode pieces (``decode_kernel``:
   ``plans.decode_tile``'s ``DecodeConfig``, ``default_config`` and ``decode_problem``,
-  ``programs.decode``, ``launch.decode``). ``kda/prefill.py`` (``tl.kda_prefill``:
-  ``launch.chunked_channel``, ``programs.chunk_prep_channel``'s per-channel gated products, then
-  ``chain_value`` under ``chunk_h``'s per-channel walk) serves KDA's prefill. GLA's prefill and
-  chunked ops are served by ``reference_kernels``.
+  ``programs.decode``, ``launch.decode``). ``kda/prefill.py`` and ``gla/prefill.py``
+  (``tl.kda_prefill`` with the delta rule, ``tl.gla_prefill`` without) register the per-channel
+  prefill, ``channel_prefill_kernel`` (``launch.chunked_channel``: ``programs.chunk_prep_channel``'s
+  per-channel gated products, then ``chain_value`` under ``chunk_h``'s per-channel walk). GLA's
+  chunked training ops are served by ``reference_kernels``.
 """

@@ -1,4 +1,5 @@
-"""KDA's two-pass prefill (``chunk_prep_channel`` then the per-channel value-major chain) in PyTorch,
+"""The per-channel two-pass prefill (``chunk_prep_channel`` then the per-channel value-major chain:
+KDA's with the delta rule, GLA's without: ``beta`` None) in PyTorch,
 step for step: the packed token axis cut into 64-token windows, each window's segments (one per
 sequence it touches, γ restarting at each), the 16-row blocks met about their first rows, the
 pairs inside a block one by one, the WY solve, the decayed keys and queries and the segments'
@@ -38,7 +39,11 @@ def sequence_of(bounds: list[int], tokens: int) -> torch.Tensor:
 def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
     """The first pass's outputs: tp, m [HV, tokens, C], qo, kx, ks [HV, tokens, K], decay
     [HV, W + N, K]. q, k, g [tokens, HV, K] (q and k already per value head, normalised as the
-    kernel's row factors would), beta [tokens, HV]; ``bounds`` the sequences' offsets."""
+    kernel's row factors would), beta [tokens, HV], or None without the delta rule (then tp and
+    kx are None); ``bounds`` the sequences' offsets."""
+    delta = beta is not None
+    if not delta:
+        beta = torch.zeros(q.shape[:2], dtype=F64)
     tokens, heads, dim = q.shape
     windows = -(-tokens // C)
     seq = sequence_of(bounds, tokens)
@@ -90,8 +95,11 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
         mm = torch.where(same & (rows[None, :] <= rows[:, None]), scale * m_sum, 0.0)
         eye = torch.eye(C, dtype=F64)
         inverse = torch.linalg.solve_triangular(eye + a, eye.expand_as(a), upper=False, unitriangular=True)
+        if not delta:
+            inverse = None
         end_row = (ends - t0).clamp(max=C) - 1
-        tp[:, t0:t0 + n] = rounded(inverse * bw[:, None, :], rounding)[:, :n]
+        if delta:
+            tp[:, t0:t0 + n] = rounded(inverse * bw[:, None, :], rounding)[:, :n]
         m[:, t0:t0 + n] = rounded(mm, rounding)[:, :n]
         qo[:, t0:t0 + n] = rounded(scale * qw * gamma.exp(), rounding)[:, :n]
         kx[:, t0:t0 + n] = rounded(kw * gamma.exp(), rounding)[:, :n]
@@ -100,7 +108,7 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
         for i in range(n):
             if t0 + i == ends[i] - 1:
                 decay[:, windows + seg[i]] = gamma[:, i].exp()
-    return tp, m, qo, kx, ks, decay
+    return (tp, m, qo, kx, ks, decay) if delta else (None, m, qo, None, ks, decay)
 
 
 def chain(first, v, bounds, initial_state=None, *, rounding=None):
@@ -119,8 +127,11 @@ def chain(first, v, bounds, initial_state=None, *, rounding=None):
             lo, hi = max(bos - t0, 0), min(eos - t0, C)
             span = slice(t0 + lo, t0 + hi)
             s16 = rounded(state, rounding)
-            x = rounded(v[span].transpose(0, 1).to(F64) - kx[:, span] @ s16, rounding)
-            delta = rounded(tp[:, span, lo:hi] @ x, rounding)
+            if tp is None:  # no delta rule: Δ is V
+                delta = v[span].transpose(0, 1).to(F64)
+            else:
+                x = rounded(v[span].transpose(0, 1).to(F64) - kx[:, span] @ s16, rounding)
+                delta = rounded(tp[:, span, lo:hi] @ x, rounding)
             o[span] = (qo[:, span] @ s16 + m[:, span, lo:hi] @ delta).transpose(0, 1)
             row = windows + n if eos <= t0 + C else w
             state = decay[:, row, :, None] * state + ks[:, span].mT @ delta

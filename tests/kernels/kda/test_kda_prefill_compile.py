@@ -10,7 +10,8 @@ import torch
 
 from tileops import dispatch
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.kda.prefill import KERNEL, ChannelPrefillConfig
+from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
+from tileops.kernels.kda.prefill import KERNEL
 from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
 
 

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.kernels.kda.prefill import KERNEL, ChannelPrefillConfig
+from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
+from tileops.kernels.kda.prefill import KERNEL
 from tileops.linear_attention import KDAFwdOp
 from tileops.tuner.gate import in_float64, relative_error
 

@@ -42,7 +42,7 @@ def call(lengths, heads=2, value_heads=4, dim=32, kind="mamba", seed=0, with_sta
 def model(q, k, v, g, beta, h0, bounds, scale, rounding=None):
     group = v.shape[2] // q.shape[2]
     per_head = [x[0].repeat_interleave(group, dim=1) for x in (q, k)]
-    first = first_pass(*per_head, g[0], beta[0], bounds, scale=scale, rounding=rounding)
+    first = first_pass(*per_head, g[0], None if beta is None else beta[0], bounds, scale=scale, rounding=rounding)
     return chain(first, v[0], bounds, h0, rounding=rounding)
 
 
@@ -81,12 +81,28 @@ def test_a_full_reset_inside_a_block_is_exact():
 
 @pytest.mark.parametrize("dtype, bound", [(torch.bfloat16, 2e-2), (torch.float16, 3e-3)])
 @pytest.mark.parametrize("kind", ["strong", "mamba", "weak"])
-def test_operand_roundings_stay_within_the_gpu_tests_tolerance(dtype, bound, kind):
+@pytest.mark.parametrize("family", ["kda", "gla"])
+def test_operand_roundings_stay_within_the_gpu_tests_tolerance(dtype, bound, kind, family):
     """The roundings the GPU makes, on inputs rounded to the token dtype, against the reference on
-    the same rounded inputs: the GPU tests' tolerance (``test_kda_prefill_gpu``) holds with room."""
+    the same rounded inputs: the GPU tests' tolerance (``test_kda_prefill_gpu``,
+    ``test_gla_prefill_gpu``) holds with room."""
     q, k, v, g, beta, h0, bounds = call((37, 300, 70), dim=64, kind=kind, seed=3)
+    if family == "gla":
+        beta = None
     q, k, v = (x.to(dtype).to(F64) for x in (q, k, v))
     o, final = model(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5, rounding=dtype)
     ref_o, ref_final = reference(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5)
     assert relative(o, ref_o) <= bound / 2
     assert relative(final, ref_final) <= bound / 2
+
+
+@pytest.mark.parametrize("kind", GATES)
+@pytest.mark.parametrize("lengths", [(200,), (37, 64, 100, 5, 130)], ids=["one", "packed"])
+def test_without_the_delta_rule_the_schedule_is_gla(kind, lengths):
+    """GLA's plain gated sum through the same passes (no β, no solve, Δ = V): the reference's
+    GLA recurrence to ≤ 1e-12."""
+    q, k, v, g, _, h0, bounds = call(lengths, value_heads=2, kind=kind)
+    o, final = model(q, k, v, g, None, h0, bounds, scale=0.3)
+    ref_o, ref_final = reference(q, k, v, g, None, h0, bounds, scale=0.3)
+    assert relative(o, ref_o) <= 1e-12
+    assert relative(final, ref_final) <= 1e-12

@@ -15,6 +15,8 @@ the walk its keys and queries already decayed, K_x = K ⊙ e^γ, Q_o = scale · 
 K_s = K ⊙ e^{γ_end − γ}, and the decay of the state's columns d = e^{γ_end}:
 
     Xᵀ = Vᵀ − Sᵀ K_xᵀ        Δᵀ = Xᵀ T'ᵀ        Oᵀ = Sᵀ Q_oᵀ + Δᵀ Mᵀ        Sᵀ = Sᵀ diag(d) + Δᵀ K_s
+
+and without the delta rule (GLA's plain gated sum) Δ is V itself: no K_x, no T', three products.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -27,7 +29,7 @@ ROWS = T.GemmWarpPolicy.FullRow  # each warpgroup keeps its own value rows in ev
 
 def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bool = False,
               moves: str = "elementwise", issue: str = "serial", masked: bool = True, outputs: bool = True,
-              channel: bool = False):
+              channel: bool = False, delta: bool = True):
     """Two macros of one chunk of a value-major walk over ``rows`` value rows, shared by the chain
     and the fused kernel: ``step`` (the products above, the state ``s_f`` updated in place and
     the output left in ``o_f``) and ``store_output`` (Oᵀ transposed through stage ``o_stage`` of
@@ -53,6 +55,11 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     ``masked`` is off: a T' with zero rows and columns for those tokens (the fused first pass's,
     whose β is zero there) keeps them out of Δ by itself. The matrix moves take no mask. ``m_s``
     holds M, or Mᵀ with ``m_transposed``.
+
+    ``channel``: the walk under one decay per key channel (above; elementwise moves, with outputs):
+    ``step`` takes the decayed keys K_x in ``k_s``, those of the update K_s in ``ku_s`` after it,
+    Q_o in ``q_s``, and in place of the row factors ``d_s`` [stages, K], the decay of the state's
+    columns. Without ``delta`` (per-channel only) Δᵀ is Vᵀ: ``k_s`` and ``tp_s`` are not read.
     """
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
@@ -61,6 +68,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     paired = issue == "paired"
     assert not (matrix and masked), "the matrix moves take no mask"
     assert not (channel and (matrix or not outputs)), "the per-channel walk moves elementwise and has outputs"
+    assert delta or channel, "only the per-channel walk goes without the delta rule"
     x_operand, output_rows = matrix_moves(dtype)
 
     def kept(value, j, lo, hi):
@@ -124,22 +132,29 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     @T.macro
     def carry(q_s, k_s, ku_s, v_s, tp_s, m_s, f_s, s, so, lo, hi, s_f, o_f, with_v):
         s_a = T.alloc_fragment([BV, K], dtype)
-        ks_f = T.alloc_fragment([BV, C], accum)
-        x_a = T.alloc_fragment([BV, C], dtype)
-        d_f = T.alloc_fragment([BV, C], accum)
+        ks_f = x_a = d_f = None  # X and Δ before its masks: the delta rule's
+        if delta:
+            ks_f = T.alloc_fragment([BV, C], accum)
+            x_a = T.alloc_fragment([BV, C], dtype)
+            d_f = T.alloc_fragment([BV, C], accum)
         d_a = T.alloc_fragment([BV, C], dtype)
         dk_a = d_a if channel else T.alloc_fragment([BV, C], dtype)  # the keys carry the decays
         T.copy(s_f, s_a)
-        if outputs:
-            two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
+        if not delta:  # Δᵀ is Vᵀ
+            T.gemm(s_a, q_s[s, :, :], o_f, transpose_B=True, clear_accum=True, policy=ROWS)
+            for i, j in T.Parallel(BV, C):
+                d_a[i, j] = kept(v_s[s, j, i], j, lo, hi)
         else:
-            T.gemm(s_a, k_s[s, :, :], ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi, with_v)
-        T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
-        if channel:
-            channel_delta(d_f, d_a, lo, hi)
-        else:
-            delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi)
+            if outputs:
+                two_products(s_a, k_s[s, :, :], ks_f, s_a, q_s[s, :, :], o_f, True, True, True)
+            else:
+                T.gemm(s_a, k_s[s, :, :], ks_f, transpose_B=True, clear_accum=True, policy=ROWS)
+            build_x(x_a, ks_f, v_s, f_s, s, so, lo, hi, with_v)
+            T.gemm(x_a, tp_s[so, :, :], d_f, transpose_B=True, clear_accum=True, policy=ROWS)
+            if channel:
+                channel_delta(d_f, d_a, lo, hi)
+            else:
+                delta_operands(d_f, d_a, dk_a, o_f, f_s, so, lo, hi)
         if not outputs:
             decay_state(s_f, f_s, so, hi)
             T.gemm(dk_a, ku_s[s, :, :], s_f, policy=ROWS)

@@ -1,3 +1,3 @@
-"""GLA TileLang kernels (per-channel gates, no delta rule): single-token decode."""
+"""GLA TileLang kernels (per-channel gates, no delta rule): chunked prefill and single-token decode."""
 
-from tileops.kernels.gla import decode  # noqa: F401  (registers its kernel)
+from tileops.kernels.gla import decode, prefill  # noqa: F401  (each registers its kernel)

@@ -1,82 +1,8 @@
-"""tl.kda_prefill: KDA's chunked prefill (equal lengths and packed varlen) in two passes on the
-shared layer: ``chunk_prep_channel`` forms every chunk's per-channel gated products, WY solve and
-decayed keys at once, then the value-major chain (``chain_value`` under ``chunk_h``'s per-channel
-walk) carries the state through each sequence.
+"""tl.kda_prefill: KDA's chunked prefill (equal lengths and packed varlen), the per-channel prefill
+(``channel_prefill_kernel``) with the delta rule. Every flag KDAFwdOp takes is served in the
+kernel: both state layouts, the L2 norm, the β sigmoid (and 2·sigmoid) and the gate from A_log,
+an optional dt_bias and an optional lower bound."""
 
-Its config space is the chain's: ``block_v`` value rows per CTA (one warpgroup per 64), the
-pipeline's ``num_stages`` and how the walk's products wait (``walk_issue``). Every flag KDAFwdOp
-takes is served in the kernel: both state layouts, the L2 norm, the β sigmoid (and 2·sigmoid) and
-the gate from A_log, an optional dt_bias and an optional lower bound.
-"""
+from tileops.kernels.channel_prefill_kernel import register_channel_prefill
 
-from __future__ import annotations
-
-from typing import Literal, Optional
-
-from tileops.callspec import CallSpec
-from tileops.kernels.base import KernelDef
-from tileops.kernels.config import TiledConfig
-from tileops.kernels.hardware import SMEM_BYTES, WARPGROUP, sm_count
-from tileops.kernels.plans.tiles import chain_smem_bytes
-from tileops.kernels.prefill_kernel import prefill_problem
-from tileops.kernels.registry import register
-
-NAME = "tl.kda_prefill"
-
-
-class ChannelPrefillConfig(TiledConfig):
-    """The value-major chain's tiling: ``block_v`` value rows per CTA (``threads`` = 2 · ``block_v``),
-    its pipeline stages and whether its independent products wait in pairs."""
-
-    chunk_size: Literal[64] = 64
-    block_v: Literal[64, 128] = 64
-    num_stages: Literal[1, 2] = 2
-    walk_issue: Literal["serial", "paired"] = "serial"
-
-    @property
-    def threads(self) -> int:
-        return 2 * self.block_v
-
-    def problem(self, spec: CallSpec) -> Optional[str]:
-        if spec.dim_v % self.block_v:
-            return f"block_v={self.block_v} does not divide V={spec.dim_v}"
-        smem = chain_smem_bytes(self.chunk_size, spec.dim_k, self.block_v, self.num_stages, False,
-                                spec.dtype.itemsize, channel=True)
-        if smem > SMEM_BYTES:
-            return (f"the chain needs {smem} bytes of shared memory (at most {SMEM_BYTES}); use fewer stages or a "
-                    f"smaller block_v")
-        return None
-
-
-def refuse(spec: CallSpec) -> Optional[str]:
-    return prefill_problem(NAME, spec)
-
-
-def default(spec: CallSpec) -> ChannelPrefillConfig:
-    """64-row tiles, prefetching the next chunk while they fit in one wave (the value-major rule
-    the GDN chain measured)."""
-    tiles = spec.batch * spec.value_heads * (spec.dim_v // 64)
-    return ChannelPrefillConfig(num_stages=2 if tiles <= sm_count(spec.device, spec.arch) else 1)
-
-
-def plan(config: ChannelPrefillConfig, spec: CallSpec) -> str:
-    walks = spec.batch * spec.value_heads
-    tiles = walks * (spec.dim_v // config.block_v)
-    return (f"two passes: every chunk's per-channel gated products and WY solve at once, then the value-major chain "
-            f"over {config.block_v}-row V tiles ({tiles} CTAs; {walks} (sequence, value head) walks for "
-            f"{sm_count(spec.device, spec.arch)} SMs, {config.threads // WARPGROUP} warpgroups each)")
-
-
-def build(config: ChannelPrefillConfig, spec: CallSpec):
-    """Compile both passes for ``spec`` and return the launcher."""
-    from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher  # here: it imports TileLang
-
-    problem = refuse(spec) or config.problem(spec)
-    if problem:
-        raise ValueError(problem)
-    return ChannelPrefillLauncher(config, spec)
-
-
-KERNEL = register(KernelDef(name=NAME, family="kda", archs=frozenset({"sm90"}), config_model=ChannelPrefillConfig,
-                            build=build, refuse=refuse, default=default, modules=("tileops.kernels.kda.prefill",),
-                            plan=plan))
+KERNEL = register_channel_prefill("tl.kda_prefill", "kda", "tileops.kernels.kda.prefill", delta=True)

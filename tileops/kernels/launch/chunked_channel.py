@@ -1,5 +1,5 @@
-"""Launching the prefill under one decay per key channel (KDA) in two passes: ``chunk_prep_channel``
-for every chunk at once, then the value-major chain over the sequences.
+"""Launching the prefill under one decay per key channel (KDA, GLA) in two passes:
+``chunk_prep_channel`` for every chunk at once, then the value-major chain over the sequences.
 
 As ``launch.chunked``: outputs allocated here, no host sync and no per-call table, so a call can be
 captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32.
@@ -21,37 +21,39 @@ from tileops.kernels.programs import chain_value
 from tileops.kernels.programs.chunk_prep_channel import channel_prep_program
 
 
-def compile_channel_prep(config: KernelConfig, spec: CallSpec):
-    """The first pass for ``spec`` under one decay per key channel (KDA)."""
+def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True):
+    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule)."""
     flags = transform_flags(spec, True)
     del flags["gated"]
     program = channel_prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
                                    chunk=config.chunk_size, sequences=sequences(spec), scale=query_scale(spec),
-                                   lower_bound=spec.flag("lower_bound"), **flags)
+                                   lower_bound=spec.flag("lower_bound"), delta=delta, **flags)
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
 
 
-def compile_channel_chain(config: KernelConfig, spec: CallSpec):
+def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True):
     """The value-major state pass for ``spec`` under one decay per key channel, with its products' waits."""
     program = chain_value.chain_program(
         heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v, chunk=config.chunk_size,
         block_v=config.block_v, dtype=TL_DTYPES[spec.dtype], sequences=sequences(spec),
         state_v_first=bool(spec.flag("state_v_first", False)), threads=2 * config.block_v,
-        num_stages=config.num_stages, issue=config.walk_issue, channel=True)
+        num_stages=config.num_stages, issue=config.walk_issue, channel=True, delta=delta)
     return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
 
 
 class ChannelPrefillLauncher:
     """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``, g
-    [B, T, HV, K]; A_log [HV] and dt_bias [HV · K] or [HV, K] (zeros where absent)."""
+    [B, T, HV, K]; A_log [HV] and dt_bias [HV · K] or [HV, K] (zeros where absent). Without
+    ``delta`` beta, A_log and dt_bias are not read."""
 
-    def __init__(self, config: KernelConfig, spec: CallSpec):
+    def __init__(self, config: KernelConfig, spec: CallSpec, delta: bool = True):
         self.config = config
         self.spec = spec
+        self.delta = delta
         self.varlen = spec.mode == "varlen"
         self.value_first = bool(spec.flag("state_v_first", False))
-        self.prep = compile_channel_prep(config, spec)
-        self.chain = compile_channel_chain(config, spec)
+        self.prep = compile_channel_prep(config, spec, delta)
+        self.chain = compile_channel_chain(config, spec, delta)
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
 
@@ -64,29 +66,33 @@ class ChannelPrefillLauncher:
         flat_q, flat_k = packed(q, tokens, H, K), packed(k, tokens, H, K)
         flat_v = packed(v, tokens, HV, V)
         flat_g = packed(g.float(), tokens, HV, K)
-        flat_beta = packed(beta.float(), tokens, HV)
-        a_log = self.no_log_rate(q.device) if A_log is None else packed(A_log.float(), HV)
-        bias = self.no_bias(q.device) if dt_bias is None else packed(dt_bias.float(), HV * K)
-
         o = torch.empty(B, T, HV, V, dtype=q.dtype, device=q.device)
         n = cu_seqlens.shape[0] - 1 if self.varlen else B
         final = torch.empty((n, HV, V, K) if self.value_first else (n, HV, K, V), dtype=torch.float32,
                             device=q.device)
         h0 = final if initial_state is None else packed(initial_state, *initial_state.shape)
         has_init = 0 if initial_state is None else 1
-        tp = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
-        m = torch.empty_like(tp)
-        qo, kx, ks = (torch.empty(HV, tokens, K, dtype=q.dtype, device=q.device) for _ in range(3))
+        m = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
+        qo, ks = (torch.empty(HV, tokens, K, dtype=q.dtype, device=q.device) for _ in range(2))
         # The state's decay over each window's last segment, then over each sequence's last.
         decay = torch.empty(HV, -(-tokens // C) + n, K, dtype=torch.float32, device=q.device)
         flat_o = o.view(tokens, HV, V)
-        first = (flat_q, flat_k, flat_g, flat_beta, a_log, bias)
-        walk = (qo, kx, ks, flat_v, tp, m, decay, h0)
+        if self.delta:
+            flat_beta = packed(beta.float(), tokens, HV)
+            a_log = self.no_log_rate(q.device) if A_log is None else packed(A_log.float(), HV)
+            bias = self.no_bias(q.device) if dt_bias is None else packed(dt_bias.float(), HV * K)
+            tp = torch.empty_like(m)
+            kx = torch.empty_like(qo)
+            first = (flat_q, flat_k, flat_g, flat_beta, a_log, bias)
+            firsts = (tp, m, qo, kx, ks, decay)
+            walk = (qo, kx, ks, flat_v, tp, m, decay, h0)
+        else:
+            first, firsts, walk = (flat_q, flat_k, flat_g), (m, qo, ks, decay), (qo, ks, flat_v, m, decay, h0)
         if self.varlen:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
-            self.prep(*first, bounds, tp, m, qo, kx, ks, decay)
+            self.prep(*first, bounds, *firsts)
             self.chain(*walk, bounds, flat_o, final, has_init)
         else:
-            self.prep(*first, tp, m, qo, kx, ks, decay, T)
+            self.prep(*first, *firsts, T)
             self.chain(*walk, flat_o, final, T, has_init)
         return o, final

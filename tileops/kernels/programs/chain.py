@@ -7,7 +7,7 @@ from tileops.kernels.blocks.entry import Sequences, kernel_entry
 
 def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                  block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                 boundaries: bool = False, channel: bool = False):
+                 boundaries: bool = False, channel: bool = False, delta: bool = True):
     """The prim_func that runs ``run_chain`` (a ``T.macro`` taking q, k, ku, v, tp, m, f, h0, o, ht, hs
     and the CTA's sequence n, value head hv, V tile bv, token bounds bos..eos and has_init), for
     ``equal`` or ``packed`` sequences (``blocks.entry``). Without an initial state, pass any tensor
@@ -17,6 +17,8 @@ def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: 
 
     ``channel`` (one decay per key channel, ``chunk_prep_channel``'s outputs): q, k and ku are Q_o,
     K_x and K_s [HV, tokens, K] and f the segments' decays [HV, W + N, K]; else ku is None.
+    Without ``delta`` (channel only: GLA's plain gated sum) there is neither k (K_x) nor tp; both
+    reach ``run_chain`` as None.
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     accum = "float32"
@@ -31,6 +33,9 @@ def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: 
         factors = T.Tensor([4, HV, tokens], accum)
     inputs = keys + [("v", T.Tensor([tokens, HV, V], dtype)), ("tp", T.Tensor([HV, tokens, C], dtype)),
                      ("m", T.Tensor([HV, tokens, C], dtype)), ("f", factors), ("h0", T.Tensor(state_shape, accum))]
+    assert delta or channel, "only the per-channel walk goes without the delta rule"
+    if not delta:
+        inputs = [arg for arg in inputs if arg[0] not in ("k", "tp")]
     outputs = [("o", T.Tensor([tokens, HV, V], dtype)), ("ht", T.Tensor(state_shape, accum))]
     if boundaries:
         outputs.append(("hs", T.Tensor([seqs.nseq, HV, T.dynamic("bounds"), K, V], accum)))
@@ -42,9 +47,12 @@ def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: 
                       seqs.has_init(n, hv))
 
     def launch(*args):
-        """The entry's arguments, with None for the update keys without ``channel`` and for the
-        boundary states' output without ``boundaries``."""
-        args = list(args) if channel else [*args[:2], None, *args[2:]]
+        """The entry's arguments, with None for the update keys without ``channel``, for K_x and T'
+        without ``delta`` and for the boundary states' output without ``boundaries``."""
+        if not channel:
+            args = [*args[:2], None, *args[2:]]
+        elif not delta:
+            args = [args[0], None, args[1], args[2], None, *args[3:]]
         return grid(*args) if boundaries else grid(*args[:-1], None, args[-1])
 
     return kernel_entry("chain", seqs, inputs, outputs, launch)

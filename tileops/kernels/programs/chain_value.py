@@ -18,7 +18,7 @@ from tileops.kernels.programs.chain import chain_kernel
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                  num_stages: int, issue: str = "serial", channel: bool = False):
+                  num_stages: int, issue: str = "serial", channel: bool = False, delta: bool = True):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
     Arguments and grid: ``chain.chain_kernel`` (with its ``channel``), with ``threads`` one warpgroup
@@ -29,8 +29,8 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    load_channel_chunk = channel_chunk_loader(C, BV)
-    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue, channel=channel)
+    load_channel_chunk = channel_chunk_loader(C, BV, delta)
+    step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue, channel=channel, delta=delta)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro
@@ -39,9 +39,9 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         v0 = bv * BV
         # One stage of the tiles walk_step reads (the pipeline adds its own).
         q_s = T.alloc_shared([1, C, K], dtype)
-        k_s = T.alloc_shared([1, C, K], dtype)
+        k_s = T.alloc_shared([1, C, K], dtype) if delta else None  # no K_x without the delta rule
         v_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
-        tp_s = T.alloc_shared([1, C, C], dtype)
+        tp_s = T.alloc_shared([1, C, C], dtype) if delta else None
         m_s = T.alloc_shared([1, C, C], dtype)
         f_s = T.alloc_shared([1, K] if channel else [1, 4, C], accum)  # the decays of the state's columns, or the row factors
         o_s = T.alloc_shared([1, C, BV + ROW_PAD], dtype)
@@ -58,8 +58,9 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
             if channel:
                 # The segment ending the sequence in this window has its own decay row, after the windows'.
                 row = T.if_then_else(eos <= t0 + C, T.ceildiv(q.shape[1], C) + n, w0 + c)
-                load_channel_chunk(q, k, ku, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], ku_s[0, :, :], v_s[0, :, 0:BV],
-                                   tp_s[0, :, :], m_s[0, :, :], f_s[0, :], t0, row, hv, v0)
+                load_channel_chunk(q, k, ku, v, tp, m, f, q_s[0, :, :], k_s[0, :, :] if delta else None, ku_s[0, :, :],
+                                   v_s[0, :, 0:BV], tp_s[0, :, :] if delta else None, m_s[0, :, :], f_s[0, :], t0, row,
+                                   hv, v0)
             else:
                 load_chunk(q, k, v, tp, m, f, q_s[0, :, :], k_s[0, :, :], v_s[0, :, 0:BV], tp_s[0, :, :], m_s[0, :, :],
                            f_s[0, :, :], t0, h, hv, v0)
@@ -74,4 +75,5 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         store_state(ht, s_f, n, hv, v0)
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
-                        sequences=sequences, state_v_first=state_v_first, threads=threads, channel=channel)
+                        sequences=sequences, state_v_first=state_v_first, threads=threads, channel=channel,
+                        delta=delta)

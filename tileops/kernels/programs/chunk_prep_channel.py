@@ -12,6 +12,7 @@ channel) restarts at each sequence's start. With r the L2-norm factors it writes
 all in the input dtype (γ_end: γ of the last row of the token's sequence in the window), and the
 state's decay over each segment, e^{γ_end} per channel in fp32: row w of ``decay`` for the segment
 that ends window w, row W + n for sequence n's last (W windows). The walk reads the one it needs.
+Without the delta rule (GLA: no β, no A, no solve) it writes M, Q_o, K_s and the decays only.
 
 The gated products (docs/kda-gated-products.md): the 16-row blocks I > 0 meet the rows before
 them through one tensor-core product each, of K ⊙ e^{γ − γ_r} (block I's rows, r its first) and
@@ -35,7 +36,7 @@ PAIRS = BLOCK // 2  # the pairs of a block row one thread forms: two threads a r
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
                          l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
-                         lower_bound=None):
+                         lower_bound=None, delta: bool = True):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Arguments: q, k, g [tokens, HV, K], beta, a_log [HV], dt_bias [HV · K], then the tables of
@@ -43,7 +44,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     [HV, tokens, C], ``qo``, ``kx`` and ``ks`` [HV, tokens, K] in the input dtype and ``decay``
     [HV, W + N, K] in fp32; g, beta, A_log and dt_bias in fp32 (A_log and dt_bias are read with
     ``gate_in_kernel`` only; zeros stand in for an absent dt_bias). ``lower_bound``: the in-kernel
-    gate's bound (``channel_gate_transform``). Grid: (HV, ceil(tokens / C)), one warpgroup each.
+    gate's bound (``channel_gate_transform``). Without ``delta``: inputs q, k and g, outputs
+    ``m_out``, ``qo``, ``ks`` and ``decay``. Grid: (HV, ceil(tokens / C)), one warpgroup each.
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     assert C == 4 * BLOCK and K <= WARPGROUP, "four 16-row blocks a chunk; a thread per key channel"
@@ -54,12 +56,17 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     seqs = Sequences(sequences, HV, with_state=False, tokens=tokens)
     nseq = seqs.nseq
     varlen = sequences == "packed"
+    assert delta or not (gate_in_kernel or beta_sigmoid or neg_eigval), "without the delta rule: no β, no gate transform"
     inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),
-              ("g", T.Tensor([tokens, HV, K], accum)), ("beta", T.Tensor([tokens, HV], accum)),
-              ("a_log", T.Tensor([HV], accum)), ("dt_bias", T.Tensor([HV * K], accum))]
+              ("g", T.Tensor([tokens, HV, K], accum))]
+    if delta:
+        inputs += [("beta", T.Tensor([tokens, HV], accum)), ("a_log", T.Tensor([HV], accum)),
+                   ("dt_bias", T.Tensor([HV * K], accum))]
     outputs = [("tp", T.Tensor([HV, tokens, C], dtype)), ("m_out", T.Tensor([HV, tokens, C], dtype)),
                ("qo", T.Tensor([HV, tokens, K], dtype)), ("kx", T.Tensor([HV, tokens, K], dtype)),
                ("ks", T.Tensor([HV, tokens, K], dtype)), ("decay", T.Tensor([HV, decay_rows, K], accum))]
+    if not delta:  # no T' and no K_x
+        outputs = [outputs[1], outputs[2], outputs[4], outputs[5]]
 
     rnorm = row_rnorm(C, K)
     solve = wy_solve(C, dtype)
@@ -96,11 +103,12 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             beg_s[tx] = T.max(s_beg - t0, 0)
             end_s[tx] = T.max(T.min(s_end - t0, C) - 1, 0)
             last_s[tx] = T.if_then_else(inside and t == s_end - 1, seg, -1)
-            raw_b = T.if_then_else(inside, beta[T.min(t, tokens - 1), hv], 0.0)
-            if beta_sigmoid:
-                b_s[tx] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
-            else:
-                b_s[tx] = raw_b
+            if delta:
+                raw_b = T.if_then_else(inside, beta[T.min(t, tokens - 1), hv], 0.0)
+                if beta_sigmoid:
+                    b_s[tx] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
+                else:
+                    b_s[tx] = raw_b
         for c, i in T.Parallel(K, C):
             raw = g[T.min(t0 + i, tokens - 1), hv, c]
             log_decay = channel_gate_transform(raw + dt_bias[hv * K + c], a_log[hv], lower_bound) if gate_in_kernel else raw
@@ -141,10 +149,12 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 # Above the diagonal or across sequences the exponent may be large: those entries
                 # are dropped by the caller, never multiplied by a kept one.
                 kj = T.cast(kt_s[c, base + 2 * u], accum) * T.exp(gi - gam_s[c, base + 2 * u])
-                acc_a[u] = acc_a[u] + ki * kj
+                if delta:
+                    acc_a[u] = acc_a[u] + ki * kj
                 acc_m[u] = acc_m[u] + qi * kj
         for u in T.unroll(PAIRS, explicit=True):
-            a_s[i, base + 2 * u] = acc_a[u]
+            if delta:
+                a_s[i, base + 2 * u] = acc_a[u]
             d_s[i, base + 2 * u] = acc_m[u]
 
     @T.macro
@@ -159,10 +169,12 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 # At most 1 where kept; where dropped they may overflow, and are never multiplied.
                 down = T.exp(gam_s[c, i] - gam_s[c, r])
                 up = T.exp(gam_s[c, r] - gam_s[c, i])
-                lk_s[i, c] = T.cast(T.if_then_else(own, T.cast(k_s[i, c], accum) * down, 0.0), operand)
+                if delta:
+                    lk_s[i, c] = T.cast(T.if_then_else(own, T.cast(k_s[i, c], accum) * down, 0.0), operand)
                 lq_s[i, c] = T.cast(T.if_then_else(own, T.cast(q_s[i, c], accum) * down, 0.0), operand)
                 rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * up, 0.0), operand)
-            T.gemm(lk_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
+            if delta:
+                T.gemm(lk_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
             T.gemm(lq_s, rk_s, m_f, transpose_B=True, clear_accum=blk == 1)
 
     @T.macro
@@ -175,15 +187,17 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         kt_s = T.alloc_shared([K, C], dtype)
         gam_s = T.alloc_shared([K, C + 1], accum)  # γ by channel: a thread's scan down a row hits its own bank
         lq_s = T.alloc_shared([C, K], operand)
-        lk_s = T.alloc_shared([C, K], operand)
         rk_s = T.alloc_shared([C, K], operand)
-        a_f = T.alloc_fragment([C, C], accum)
         m_f = T.alloc_fragment([C, C], accum)
-        a_s = T.alloc_shared([C, C + PAD], accum)
         d_s = T.alloc_shared([C, C + PAD], accum)
-        w_s = T.alloc_shared([4 * BLOCK, SCRATCH_LD], accum)
         m_s = T.alloc_shared([C, C + ROW_PAD], dtype)
-        b_s = T.alloc_shared([C], accum)
+        lk_s = a_f = a_s = w_s = b_s = None  # the delta rule's A, its solve and β
+        if delta:
+            lk_s = T.alloc_shared([C, K], operand)
+            a_f = T.alloc_fragment([C, C], accum)
+            a_s = T.alloc_shared([C, C + PAD], accum)
+            w_s = T.alloc_shared([4 * BLOCK, SCRATCH_LD], accum)
+            b_s = T.alloc_shared([C], accum)
         rk_n = T.alloc_shared([C], accum)
         rq_n = T.alloc_shared([C], accum)
         seg_s = T.alloc_shared([C], "int32")
@@ -211,23 +225,27 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
             inner = i // BLOCK == j // BLOCK  # outside the diagonal blocks a_s and d_s hold nothing
-            a_sum = a_f[i, j] + T.if_then_else(inner, a_s[i, j], 0.0)
+            if delta:
+                a_sum = a_f[i, j] + T.if_then_else(inner, a_s[i, j], 0.0)
             m_sum = m_f[i, j] + T.if_then_else(inner, d_s[i, j], 0.0)
-            a_s[i, j] = T.if_then_else(j < i and pair, b_s[i] * rk_n[i] * rk_n[j] * a_sum, 0.0)
+            if delta:
+                a_s[i, j] = T.if_then_else(j < i and pair, b_s[i] * rk_n[i] * rk_n[j] * a_sum, 0.0)
             m_s[i, j] = T.if_then_else(j <= i and pair, scale * rq_n[i] * rk_n[j] * m_sum, 0.0)
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
-        clear(d_s)
-        solve(a_s, d_s, w_s, tx)
-        for i, j in T.Parallel(C, C):
-            if t0 + i < tokens:
-                tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
+        if delta:
+            clear(d_s)
+            solve(a_s, d_s, w_s, tx)
+            for i, j in T.Parallel(C, C):
+                if t0 + i < tokens:
+                    tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
         for i, c in T.Parallel(C, K):
             if t0 + i < tokens:
                 from_start = T.exp(gam_s[c, i])
                 qo[hv, t0 + i, c] = scale * rq_n[i] * T.cast(q_s[i, c], accum) * from_start
-                kx[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * from_start
+                if delta:
+                    kx[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * from_start
                 ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp(gam_s[c, end_s[i]] - gam_s[c, i])
 
     @T.macro
@@ -235,4 +253,11 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         with T.Kernel(HV, T.ceildiv(tokens, C), threads=WARPGROUP, prelude=SOURCE) as (hv, w):
             solve_window(q, k, g, beta, a_log, dt_bias, seqs.bounds, tp, m_out, qo, kx, ks, decay, hv, w)
 
-    return kernel_entry("prep_channel", seqs, inputs, outputs, grid)
+    def launch(*args):
+        """The entry's arguments, with None for what a call without the delta rule lacks."""
+        if delta:
+            return grid(*args)
+        q, k, g, m_out, qo, ks, decay, seqs = args
+        return grid(q, k, g, None, None, None, None, m_out, qo, None, ks, decay, seqs)
+
+    return kernel_entry("prep_channel", seqs, inputs, outputs, launch)

@@ -1,0 +1,57 @@
+"""tl.gla_prefill without a GPU: registration, refusals, dispatch's choice for GLAFwdOp's prefill,
+and both passes compiled for sm_90a without the delta rule (registers, spills, shared memory)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tileops import dispatch
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
+from tileops.kernels.gla.prefill import KERNEL
+from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
+
+
+def spec(mode: str = "prefill", dtype: torch.dtype = torch.bfloat16, heads: int = 16, dim: int = 128,
+         batch: int = 4, tokens: int = 8192, arch: str = "sm90", **flags) -> CallSpec:
+    flags.setdefault("scale", dim ** -0.5)
+    return CallSpec(op="gla", entry="GLAFwdOp", mode=mode, dtype=dtype, device=torch.device("cuda"), arch=arch,
+                    device_name="NVIDIA H200", batch=batch, tokens=tokens, heads=heads, value_heads=heads,
+                    dim_k=dim, dim_v=dim, flags=make_flags(**flags))
+
+
+@pytest.mark.parametrize("call, words", [
+    (spec(arch="sm80"), "sm90"),
+    (spec(mode="decode"), "decode"),
+    (spec(dtype=torch.float32), "float16 or bfloat16"),
+    (spec(dim=96), "64- or 128-wide"),
+])
+def test_refuses_in_words(call, words):
+    assert words in KERNEL.refuse(call)
+
+
+@pytest.mark.parametrize("mode", ["prefill", "varlen"])
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dispatch_serves_the_prefill_in_tree(mode, dim, dtype):
+    call = spec(mode=mode, dim=dim, dtype=dtype, batch=1 if mode == "varlen" else 2, has_initial_state=True)
+    explanation = dispatch.explain_spec("GLAFwdOp", None, call)
+    assert explanation.kernel == "tl.gla_prefill", explanation
+    assert "WY" not in explanation.plan
+    KERNEL.validate_config(KERNEL.default(call), call)
+
+
+@needs_nvcc
+def test_both_passes_compile_for_sm90a_without_the_delta_rule():
+    from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
+
+    call = spec(mode="varlen", batch=1, dim=64, heads=2, dtype=torch.float16)
+    launcher = ChannelPrefillLauncher(KERNEL.validate_config(ChannelPrefillConfig(walk_issue="paired"), call), call,
+                                      delta=False)
+    for program in (launcher.prep, launcher.chain):
+        assert "tokens" in runtime_dims(program)
+        assert_fits_an_sm(program, launch_smem(program))
+    prep, chain = launcher.prep.get_kernel_source(), launcher.chain.get_kernel_source()
+    assert "qo" in prep and "kx" not in prep and "tp" not in prep  # no K_x, no solve
+    assert "ku" in chain and "tp" not in chain

@@ -1,0 +1,83 @@
+"""The chunked prefill under one decay per key channel, for Hopper, in two passes on the shared
+layer: ``chunk_prep_channel`` forms every chunk's per-channel gated products (and, with the delta
+rule, its WY solve) and the decayed keys and queries at once, then the value-major chain
+(``chain_value`` under ``chunk_h``'s per-channel walk) carries the state through each sequence.
+
+KDA (the delta rule) and GLA (its plain gated sum) register it with ``register_channel_prefill``;
+the config space is the chain's: ``block_v`` value rows per CTA (one warpgroup per 64), the
+pipeline's ``num_stages`` and how the walk's products wait (``walk_issue``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from tileops.callspec import CallSpec
+from tileops.kernels.base import KernelDef
+from tileops.kernels.config import TiledConfig
+from tileops.kernels.hardware import SMEM_BYTES, WARPGROUP, sm_count
+from tileops.kernels.plans.tiles import chain_smem_bytes
+from tileops.kernels.prefill_kernel import prefill_problem
+from tileops.kernels.registry import register
+
+
+class ChannelPrefillConfig(TiledConfig):
+    """The value-major chain's tiling: ``block_v`` value rows per CTA (``threads`` = 2 · ``block_v``),
+    its pipeline stages and whether its independent products wait in pairs."""
+
+    chunk_size: Literal[64] = 64
+    block_v: Literal[64, 128] = 64
+    num_stages: Literal[1, 2] = 2
+    walk_issue: Literal["serial", "paired"] = "serial"
+
+    @property
+    def threads(self) -> int:
+        return 2 * self.block_v
+
+    def problem(self, spec: CallSpec) -> Optional[str]:
+        if spec.dim_v % self.block_v:
+            return f"block_v={self.block_v} does not divide V={spec.dim_v}"
+        smem = chain_smem_bytes(self.chunk_size, spec.dim_k, self.block_v, self.num_stages, False,
+                                spec.dtype.itemsize, channel=True)
+        if smem > SMEM_BYTES:
+            return (f"the chain needs {smem} bytes of shared memory (at most {SMEM_BYTES}); use fewer stages or a "
+                    f"smaller block_v")
+        return None
+
+
+def default(spec: CallSpec) -> ChannelPrefillConfig:
+    """64-row tiles, prefetching the next chunk while they fit in one wave (the value-major rule
+    the GDN chain measured)."""
+    tiles = spec.batch * spec.value_heads * (spec.dim_v // 64)
+    return ChannelPrefillConfig(num_stages=2 if tiles <= sm_count(spec.device, spec.arch) else 1)
+
+
+def plan(config: ChannelPrefillConfig, spec: CallSpec, delta: bool = True) -> str:
+    """How ``config`` runs ``spec``, in words."""
+    walks = spec.batch * spec.value_heads
+    tiles = walks * (spec.dim_v // config.block_v)
+    first = "per-channel gated products and WY solve" if delta else "per-channel gated products"
+    return (f"two passes: every chunk's {first} at once, then the value-major chain over {config.block_v}-row V "
+            f"tiles ({tiles} CTAs; {walks} (sequence, value head) walks for {sm_count(spec.device, spec.arch)} SMs, "
+            f"{config.threads // WARPGROUP} warpgroups each)")
+
+
+def register_channel_prefill(name: str, family: str, module: str, delta: bool, order=None) -> KernelDef:
+    """Register prefill kernel ``name`` of ``family`` (``delta``: whether it has the delta rule).
+    ``order(launcher)``, where given, maps the family's op arguments onto the launcher's (q, k, v,
+    g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)."""
+    def refuse(spec: CallSpec) -> Optional[str]:
+        return prefill_problem(name, spec)
+
+    def build(config: ChannelPrefillConfig, spec: CallSpec):
+        from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher  # here: it imports TileLang
+
+        problem = refuse(spec) or config.problem(spec)
+        if problem:
+            raise ValueError(problem)
+        launcher = ChannelPrefillLauncher(config, spec, delta)
+        return launcher if order is None else order(launcher)
+
+    return register(KernelDef(name=name, family=family, archs=frozenset({"sm90"}), config_model=ChannelPrefillConfig,
+                              build=build, refuse=refuse, default=default, modules=(module,),
+                              plan=lambda config, spec: plan(config, spec, delta)))
