@@ -25,9 +25,10 @@ from tileops.db import migrate
 from tileops.db.engine import display_url, make_engine, resolve_url, sqlite_path
 from tileops.db.errors import StoreError
 from tileops.db.jsonl import diff_winners, export_winners, read_numbered_winners, read_winners, winner_line
-from tileops.db.models import WINNER_SOURCES
+from tileops.db.rows import MalformedRow
 from tileops.db.schemas import WinnerRecord, record_key
-from tileops.db.store import MalformedRow, TuningStore
+from tileops.db.store import TuningStore
+from tileops.db.tables import WINNER_SOURCES
 
 app = typer.Typer(name="tileops-db", help="Inspect and maintain the tileops tuning database.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)

@@ -8,20 +8,16 @@ write lock when they begin, so that the wait happens there and not half-way thro
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
-from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from tileops.db.errors import DatabaseUnreadable
+from tileops.db.location import BUSY_TIMEOUT_S, READ_BUSY_TIMEOUT_S, file_path, file_uri, requested, sqlite_url
 
-DEFAULT_PATH = Path("~/.cache/tileops/tuning.db")
-BUSY_TIMEOUT_S = 30.0
-READ_BUSY_TIMEOUT_S = 2.0
 # A server that accepts a connection and never answers must not hang the caller: connecting
 # (handshake included) gives up after this long, and so does a reader's wait for one reply.
 CONNECT_TIMEOUT_S = 2
@@ -47,15 +43,9 @@ def resolve_url(db: Optional[str] = None) -> str:
     path to a SQLite file, made absolute. Nothing is created here: a writer's engine creates the
     folders (``make_engine``), so that a reader never fails on a folder it cannot make.
     """
-    value = db or os.environ.get("TILEOPS_DB") or str(DEFAULT_PATH)
-    if "://" in value:
-        return value
-    return sqlite_url(Path(value).expanduser().absolute())
-
-
-def sqlite_url(path: Path) -> str:
-    """The URL of a SQLite file (characters such as ``?`` and ``#`` escaped)."""
-    return URL.create("sqlite", database=str(path)).render_as_string()
+    value = requested(db)
+    path = file_path(value)
+    return value if path is None else sqlite_url(path)
 
 
 def driver_url(url: str) -> URL:
@@ -128,9 +118,7 @@ def _sqlite_engine(url: URL, *, readonly: bool) -> Engine:
         if not readonly:
             _make_folder(path.parent)
     if readonly and url.database not in (None, "", ":memory:"):
-        url = url.set(database=f"file:{quote(url.database)}", query={"mode": "ro", "uri": "true"})
-    # A reader (dispatch, on an op call's first lookup) waits briefly and then falls back; a
-    # writer (the tuner) waits as long as other writers need.
+        url = url.set(database=file_uri(url.database), query={"mode": "ro", "uri": "true"})
     busy_s = READ_BUSY_TIMEOUT_S if readonly else BUSY_TIMEOUT_S
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_s})
 

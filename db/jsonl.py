@@ -14,7 +14,7 @@ from typing import IO, Any, Iterable, Union
 
 from pydantic import ValidationError
 
-from tileops.db.models import KEY_COLUMNS
+from tileops.db.key import KEY_COLUMNS
 from tileops.db.schemas import WinnerRecord, describe_errors
 
 

@@ -27,10 +27,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tileops.db.key import KEY_COLUMNS
-
-TRIAL_STATUSES = ("ok", "compile_error", "wrong", "crashed", "timeout", "invalid")
-WINNER_SOURCES = ("tuned", "shipped", "user")
-RUN_STATUSES = ("running", "ok", "failed", "interrupted")
+from tileops.db.tables import RUN_STATUSES, TRIAL_STATUSES, WINNER_SOURCES
 
 # MySQL and MariaDB get types of their own where theirs would differ from SQLite's and
 # PostgreSQL's (whose DDL these variants leave as it was): DOUBLE, as their FLOAT is single

@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from tileops.db.key import TuningKey
-from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, TRIAL_STATUSES, WINNER_SOURCES
+from tileops.db.key import KEY_COLUMNS, TuningKey
+from tileops.db.tables import RUN_STATUSES, TRIAL_STATUSES, WINNER_SOURCES
 
 
 def canonical_json(value: Any) -> str:

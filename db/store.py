@@ -9,39 +9,29 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from pydantic import BaseModel, ValidationError
-from sqlalchemy import Select, delete, func, select, update
+from pydantic import BaseModel
+from sqlalchemy import Select, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tileops.db.engine import display_url, make_engine, resolve_url, sqlite_path, sqlite_url
+from tileops.db.engine import display_url, make_engine, resolve_url, sqlite_path
 from tileops.db.errors import DatabaseUnreadable, ReadOnlyStore, StoreError
 from tileops.db.key import TuningKey
+from tileops.db.location import sqlite_url
 from tileops.db.migrate import ensure_current, require_current
 from tileops.db.models import KEY_COLUMNS, RUN_STATUSES, Base, Trial, TuningRun, Winner
+from tileops.db.nearest import nearest_winners
 from tileops.db.retry import retry_locked
-from tileops.db.schemas import (
-    KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, describe_errors, utc_now)
+from tileops.db.rows import MalformedRow, as_record, winner_records
+from tileops.db.schemas import KeyedRecord, RunRecord, TrialRecord, WinnerRecord, canonical_json, utc_now
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)
 
 TRIAL_FILTERS = KEY_COLUMNS + ("run_id", "status", "source_hash")
 WINNER_FILTERS = KEY_COLUMNS + ("source", "source_hash")
-FAMILY_COLUMNS = ("op", "kernel", "arch", "dtype", "dim_k", "dim_v", "flags")
-
-
-@dataclass(frozen=True)
-class MalformedRow:
-    """A stored winner that is not a valid record (config that is not JSON, a value out of range):
-    its id, its key cells as stored, and why. ``tileops-db show`` lists it; ``prune`` deletes it."""
-
-    id: int
-    key: dict[str, Any]
-    reason: str
 
 
 class TuningStore:
@@ -117,7 +107,7 @@ class TuningStore:
 
     def _read(self, query: Select, model: type[R]) -> list[R]:
         with self._sessions() as session:
-            return [_record(model, row) for row in session.scalars(query)]
+            return [as_record(model, _values(row)) for row in session.scalars(query)]
 
     # -- tuning runs -----------------------------------------------------------------------
 
@@ -263,30 +253,16 @@ class TuningStore:
 
     def nearest_winners(self, key: TuningKey, limit: int) -> tuple[list[WinnerRecord], list[MalformedRow]]:
         """Up to ``limit`` winners of ``key``'s family nearest to it by bucket distance (its own row
-        first): this device's, or, when this device has none, other devices'. The device's rows
-        are one range of the key's unique index, so a lookup reads ``limit`` rows however many the
-        family holds."""
-        family = [getattr(Winner, name) == getattr(key, name) for name in FAMILY_COLUMNS]
-        distance = (func.abs(Winner.bucket_tokens - key.bucket_tokens)
-                    + func.abs(Winner.bucket_rows - key.bucket_rows))
-        for device in (Winner.device_name == key.device_name, Winner.device_name != key.device_name):
-            query = select(Winner).where(*family, device).order_by(distance, Winner.id).limit(limit)
-            good, bad = self._read_winners(query)
-            if good or bad:
-                return good, bad
-        return [], []
+        first): this device's, or, when this device has none, other devices'
+        (``tileops.db.nearest``, the query dispatch's sqlite3 reader runs too)."""
+        types = {column.key: column.type for column in Winner.__table__.columns}
+        with self._sessions() as session:
+            return nearest_winners(
+                lambda sql, params: session.execute(text(sql).columns(**types), params).mappings(), key, limit)
 
     def _read_winners(self, query: Select) -> tuple[list[WinnerRecord], list[MalformedRow]]:
-        good, bad = [], []
         with self._sessions() as session:
-            for row in session.scalars(query):
-                try:
-                    good.append(_record(WinnerRecord, row))
-                except (ValueError, ValidationError) as err:  # json's errors are ValueErrors
-                    reason = describe_errors(err) if isinstance(err, ValidationError) else str(err)
-                    bad.append(MalformedRow(row.id, {name: getattr(row, name) for name in KEY_COLUMNS},
-                                            f"malformed row: {reason}"))
-        return good, bad
+            return winner_records(_values(row) for row in session.scalars(query))
 
     def delete_winners(self, ids: Optional[Iterable[int]] = None, **filters: Any) -> int:
         """Delete the winners with these ids and/or matching ``filters``; returns how many.
@@ -324,9 +300,6 @@ def _columns(record: BaseModel) -> dict[str, Any]:
     return values
 
 
-def _record(model: type[R], row: Base) -> R:
-    """A row as a record."""
-    values = {column.key: getattr(row, column.key) for column in row.__table__.columns}
-    if "config_json" in values:
-        values["config"] = json.loads(values.pop("config_json"))
-    return model.model_validate(values)
+def _values(row: Base) -> dict[str, Any]:
+    """An ORM row as a mapping of its column names to values."""
+    return {column.key: getattr(row, column.key) for column in row.__table__.columns}

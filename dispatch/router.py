@@ -127,16 +127,6 @@ def launcher_for(op_name: str, target: Optional[str], spec: CallSpec) -> Launche
     return launcher
 
 
-def prepare(op_name: str, arch: str) -> None:
-    """Import the in-tree kernels that may serve ``op_name`` on ``arch`` (their compiler with them)
-    and hash their source, so that a fresh process's first call, its programs already in the
-    compile cache, does not pay that second."""
-    for name in kernel_names(BUILTIN, op_name):
-        kernel = get_kernel(name)
-        if arch in kernel.archs:
-            kernel.source_hash  # noqa: B018 - imports the kernel's modules
-
-
 def clear() -> None:
     """Forget resolved launchers (after registering targets or changing the database)."""
     _LAUNCHERS.clear()

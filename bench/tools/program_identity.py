@@ -138,9 +138,19 @@ def programs(launcher) -> dict[str, Lowered]:
     for name, value in sorted(vars(launcher).items()):
         members = enumerate(value.values()) if isinstance(value, dict) else [(None, value)]
         for position, program in members:
-            if isinstance(program, Lowered):
+            program = lowered(program)
+            if program is not None:
                 found[name if position is None else f"{name}-{position}"] = program
     return found
+
+
+def lowered(value) -> Lowered | None:
+    """The lowered program behind a launcher's attribute: itself, or the one a compiled-program
+    wrapper holds."""
+    if isinstance(value, Lowered):
+        return value
+    inner = getattr(value, "__dict__", {}).get("_kernel")
+    return inner if isinstance(inner, Lowered) else None
 
 
 def dump(jobs: list[dict], out: Path) -> None:
@@ -167,7 +177,8 @@ def dump(jobs: list[dict], out: Path) -> None:
 
 def run_dump(tree: Path, jobs: Path, out: Path) -> subprocess.Popen:
     out.mkdir(parents=True)
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    # An empty compile cache of its own: no kept program stands in for the lowering.
+    env = dict(os.environ, PYTHONPATH=str(tree), TILELANG_CACHE_DIR=str(out / "cache"))
     command = [sys.executable, __file__, "--dump", str(out), "--root", str(tree), "--jobs", str(jobs)]
     return subprocess.Popen(command, cwd=tree, env=env)
 

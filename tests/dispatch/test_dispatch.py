@@ -204,16 +204,3 @@ def test_outdated_schema_warns_with_the_upgrade_command(tmp_path, monkeypatch, s
     op, args = call()
     with pytest.warns(TuningDatabaseWarning, match="tileops-db upgrade"):
         op(*args)
-
-
-@pytest.mark.parametrize("arch,imported", [("sm90", True), ("cpu", False)])
-def test_prepare_imports_the_kernels_that_may_serve_the_op_on_that_arch(arch, imported):
-    code = ("import sys\n"
-            "from tileops.dispatch.router import prepare\n"
-            "assert 'tileops.kernels.launch.chunked' not in sys.modules\n"
-            f"prepare('GDNFwdOp', {arch!r})\n"
-            "print('tileops.kernels.launch.chunked' in sys.modules, 'tilelang' in sys.modules)\n")
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == [str(imported)] * 2

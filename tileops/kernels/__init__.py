@@ -14,14 +14,17 @@ Layout (the shared layer never imports a family; families import only the shared
   ``piece_entries``, ``wy_fast`` (w and u from the inverse), ``decode``)
 - ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
   ``entries`` (the exact schedule of cut sequences), ``packing``, ``decode_tile``
-- ``launch/``: compiling a config's programs for a call and launching them
+- ``launch/``: compiling a config's programs for a call and launching them; ``launch.compiled``
+  keeps each compiled program (``kept``: a folder of TileLang's cache) and loads it in a later
+  process without TileLang
 - ``prefill_kernel``: the chunked prefill of the delta-rule families (``PrefillConfig``, its
   constraints ``tile_problem``, refusals, ``default``, ``plan``), registered per family by
   ``register_prefill`` with its gate (none or one per head) and its ops' argument order
 - ``decode_kernel``: one family's decode kernel from the shared decode pieces
 - ``calls``: what every kernel takes of a call (16-bit tokens, square 64- or 128-wide state)
 - ``base`` (``KernelDef``), ``config`` (``KernelConfig``), ``registry``, ``code_hash`` (the
-  hash tuning rows carry: the kernel's code as parsed, so text edits and moves keep rows fresh)
+  hash tuning rows carry: the kernel's code as parsed, so text edits and moves keep rows fresh;
+  kept per version of the package's files)
 - ``reference_kernels``: the PyTorch ``reference`` target of every op
 
 Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rule ∈ {yes, no}):

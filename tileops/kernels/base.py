@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from pydantic import ValidationError
 
 from tileops.callspec import CallSpec
-from tileops.kernels.code_hash import code_hash, kernel_modules
+from tileops.kernels.code_hash import kept_code_hash
 from tileops.kernels.config import KernelConfig
 
 Launcher = Callable[..., Any]
@@ -46,13 +45,10 @@ class KernelDef:
     def source_hash(self) -> str:
         """The hash of the kernel's name, its config space (each knob's values and default) and its
         code as parsed (``code_hash``): the same on every Python and pydantic version, so rows
-        tuned on one machine are fresh on another. Imports that code too, the compiler with it, as
-        dispatch's ``prepare`` expects of it."""
-        for module in kernel_modules(self.modules):
-            importlib.import_module(module)
+        tuned on one machine are fresh on another."""
         space = [(name, values, self.config_model.model_fields[name].default)
                  for name, values in self.config_model.choices().items()]
-        return code_hash(self.modules, self.name, repr(space))
+        return kept_code_hash(self.modules, self.name, repr(space))
 
     def validate_config(self, data: Any, spec: Optional[CallSpec] = None) -> KernelConfig:
         """A config from JSON text, a dict or a model, checked against this kernel's schema.

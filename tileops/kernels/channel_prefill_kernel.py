@@ -16,6 +16,7 @@ from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.config import TiledConfig
 from tileops.kernels.hardware import SMEM_BYTES, WARPGROUP, sm_count
+from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
 from tileops.kernels.plans.tiles import chain_smem_bytes
 from tileops.kernels.prefill_kernel import prefill_problem
 from tileops.kernels.registry import register
@@ -70,8 +71,6 @@ def register_channel_prefill(name: str, family: str, module: str, delta: bool, o
         return prefill_problem(name, spec)
 
     def build(config: ChannelPrefillConfig, spec: CallSpec):
-        from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher  # here: it imports TileLang
-
         problem = refuse(spec) or config.problem(spec)
         if problem:
             raise ValueError(problem)

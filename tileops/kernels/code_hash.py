@@ -8,18 +8,25 @@ positions (comments and layout are not in the tree) and keyed by the name it def
 covers the sorted (name, dump) pairs: a docstring, a comment, a reformat or a move of a
 definition to another module keeps it; a change to what any definition computes (a program, a
 launch parameter, a tile, a default) changes it.
+
+Parsing takes a fifth of a second, so a hash is kept (``kernels.kept``) under the package's files
+as they are (``package_stamp``, their bytes) and a later process with the same files reads it.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 from typing import Iterable, Optional
 
+from tileops.kernels.kept import kept_root, read_json, write_json
+
 PACKAGE = "tileops.kernels"
-# Modules every kernel imports that describe kernels rather than build them.
-INFRASTRUCTURE = frozenset({f"{PACKAGE}.base", f"{PACKAGE}.config", f"{PACKAGE}.registry", f"{PACKAGE}.code_hash"})
+# Modules every kernel imports that describe, keep or load kernels rather than build them.
+INFRASTRUCTURE = frozenset({f"{PACKAGE}.base", f"{PACKAGE}.config", f"{PACKAGE}.registry", f"{PACKAGE}.code_hash",
+                            f"{PACKAGE}.kept", f"{PACKAGE}.launch.compiled"})
 
 
 ROOT = Path(__file__).resolve().parent  # the folder of PACKAGE
@@ -110,3 +117,25 @@ def code_hash(roots: Iterable[str], *extra: str, root: Path = ROOT) -> str:
         digest.update(part.encode())
         digest.update(b"\1")
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def package_stamp(root: Path = ROOT) -> str:
+    """sha256 of the bytes of every file of the package under ``root``: any edit changes it."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\1")
+    return digest.hexdigest()
+
+
+def kept_code_hash(roots: Iterable[str], *extra: str) -> str:
+    """``code_hash(roots, *extra)``, read from the hashes kept for the package's current files when
+    there, else computed and kept."""
+    roots = tuple(roots)
+    path = kept_root() / "code-hash" / f"{package_stamp()[:32]}.json"
+    name = hashlib.sha256("\0".join((*roots, "", *extra)).encode()).hexdigest()[:32]
+    kept = read_json(path)
+    if name not in kept:
+        kept = dict(read_json(path), **{name: code_hash(roots, *extra)})
+        write_json(path, kept)
+    return kept[name]

@@ -14,6 +14,7 @@ import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef, Launcher
+from tileops.kernels.launch.decode import DecodeLauncher
 from tileops.kernels.plans.decode_tile import (DELTA_SCALAR, DecodeConfig, DecodeRule, decode_problem,
                                                default_config, tile_problem)
 from tileops.kernels.registry import register
@@ -52,8 +53,6 @@ def register_decode(name: str, family: str, rule: DecodeRule, modes: tuple[str, 
         return decode_problem(name, spec, modes, dtypes)
 
     def build(config: DecodeConfig, spec: CallSpec) -> Launcher:
-        from tileops.kernels.launch.decode import DecodeLauncher  # here: it imports TileLang
-
         problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, bool(spec.flag("state_v_first", False)))
         if problem:
             raise ValueError(problem)

@@ -31,6 +31,7 @@ from tileops.kernels.base import KernelDef
 from tileops.kernels.config import TiledConfig
 from tileops.kernels.calls import shape_problem
 from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, WARPGROUP, sm_count
+from tileops.kernels.launch.chunked import PrefillLauncher
 from tileops.kernels.plans.entries import WARM_REACH
 from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width, summary_tile
 from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, chain_smem_bytes, fused_smem_bytes
@@ -278,8 +279,6 @@ def register_prefill(name: str, family: str, gated: bool, module: str, order=Non
         return prefill_problem(name, spec)
 
     def build(config: PrefillConfig, spec: CallSpec):
-        from tileops.kernels.launch.chunked import PrefillLauncher  # here: it imports TileLang
-
         problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
         if problem:
             raise ValueError(problem)

@@ -8,10 +8,10 @@ from typing import Any, Optional
 import torch
 
 from tileops import library
-from tileops.dispatch.router import launcher_for, prepare
+from tileops.dispatch.router import launcher_for
 from tileops.callspec import CallSpec, make_flags
-from tileops.device import current_arch, device_facts
-from tileops.targets import BUILTIN, Target
+from tileops.device import device_facts
+from tileops.targets import Target
 
 
 SEEN_CALLS = 64  # call signatures an op remembers before it starts over
@@ -53,8 +53,6 @@ class Op:
                             f"got {type(target).__name__}")
         self.target = target
         self._seen: dict[tuple, CallSpec] = {}
-        if target in (None, BUILTIN) and torch.cuda.is_available():
-            prepare(type(self).__name__, current_arch())
 
     def describe(self, *args: Any, **kwargs: Any) -> tuple[CallSpec, tuple]:
         raise NotImplementedError

@@ -15,6 +15,7 @@ from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
 from tileops.kernels.calls import training_problem
 from tileops.kernels.config import KernelConfig
+from tileops.kernels.launch.chunk_bwd import ChunkBwdLauncher
 from tileops.kernels.registry import register
 
 NAME = "tl.deltanet_chunk_bwd"
@@ -53,8 +54,6 @@ def plan(config: ChunkBwdConfig, spec: CallSpec) -> str:
 
 def build(config: ChunkBwdConfig, spec: CallSpec):
     """Compile the programs for ``spec`` and return ``launch(do, q, k, v, beta, S, Aw, Au, w, u)``."""
-    from tileops.kernels.launch.chunk_bwd import ChunkBwdLauncher  # here: it imports TileLang
-
     problem = refuse(spec)
     if problem:
         raise ValueError(problem)

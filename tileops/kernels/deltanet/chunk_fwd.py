@@ -17,6 +17,7 @@ from tileops.kernels.base import KernelDef
 from tileops.kernels.calls import training_problem
 from tileops.kernels.config import TiledConfig
 from tileops.kernels.hardware import sm_count
+from tileops.kernels.launch.chunk_fwd import ChunkFwdLauncher
 from tileops.kernels.registry import register
 
 NAME = "tl.deltanet_chunk_fwd"
@@ -73,8 +74,6 @@ def plan(config: ChunkFwdConfig, spec: CallSpec) -> str:
 
 def build(config: ChunkFwdConfig, spec: CallSpec):
     """Compile the programs for ``spec`` and return ``launch(q, k, v, beta)``."""
-    from tileops.kernels.launch.chunk_fwd import ChunkFwdLauncher  # here: it imports TileLang
-
     problem = refuse(spec) or tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize)
     if problem:
         raise ValueError(problem)

@@ -8,15 +8,12 @@ are the only intermediates (in the token dtype).
 
 from __future__ import annotations
 
-import tilelang
 import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.hardware import compile_target
-from tileops.kernels.launch.chunked_programs import PASS_CONFIGS, TL_DTYPES
-from tileops.kernels.programs.chunk_dh import dh_program
-from tileops.kernels.programs.chunk_grads import grads_program
+from tileops.kernels.launch.chunked_programs import PASS_CONFIGS, PROGRAMS, TL_DTYPES
+from tileops.kernels.launch.compiled import compiled
 
 
 class ChunkBwdLauncher:
@@ -28,13 +25,11 @@ class ChunkBwdLauncher:
         self.config = config
         self.chunk = C = spec.flag("chunk_size")
         dtype, K, V = TL_DTYPES[spec.dtype], spec.dim_k, spec.dim_v
-        target = compile_target(spec.arch)
-        self.walk = tilelang.compile(
-            dh_program(dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype, threads=config.threads,
-                       num_stages=config.num_stages),
-            target=target, pass_configs=PASS_CONFIGS)
-        self.grads = tilelang.compile(grads_program(dim_k=K, dim_v=V, chunk=C, dtype=dtype), target=target,
-                                      pass_configs=PASS_CONFIGS)
+        self.walk = compiled(f"{PROGRAMS}.chunk_dh:dh_program",
+                             dict(dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype,
+                                  threads=config.threads, num_stages=config.num_stages), spec.arch, PASS_CONFIGS)
+        self.grads = compiled(f"{PROGRAMS}.chunk_grads:grads_program", dict(dim_k=K, dim_v=V, chunk=C, dtype=dtype),
+                              spec.arch, PASS_CONFIGS)
 
     def __call__(self, do, q, k, v, beta, S, Aw, Au, w, u):
         B, H, L, K = q.shape

@@ -9,17 +9,13 @@ scale is 1 and the state starts at zero. One launch each, no host sync.
 
 from __future__ import annotations
 
-import tilelang
 import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.hardware import compile_target
 from tileops.kernels.launch.chunked import NoGate
-from tileops.kernels.launch.chunked_programs import TL_DTYPES, FIRST_PASS_CONFIGS, PASS_CONFIGS
-from tileops.kernels.programs import chain_key
-from tileops.kernels.programs.chunk_prep import prep_program
-from tileops.kernels.programs.wy_fast import wy_program
+from tileops.kernels.launch.chunked_programs import FIRST_PASS_CONFIGS, PASS_CONFIGS, PROGRAMS, TL_DTYPES
+from tileops.kernels.launch.compiled import compiled
 
 
 class ChunkFwdLauncher:
@@ -29,19 +25,19 @@ class ChunkFwdLauncher:
         self.config = config
         self.chunk = C = spec.flag("chunk_size")
         dtype, K, V = TL_DTYPES[spec.dtype], spec.dim_k, spec.dim_v
-        target = compile_target(spec.arch)
-        self.prep = tilelang.compile(
-            prep_program(heads=1, value_heads=1, dim_k=K, chunk=C, dtype=dtype, sequences="equal", l2norm=False,
-                         gated=False, gate_in_kernel=False, beta_sigmoid=False, neg_eigval=False, scale=1.0,
-                         inverse_out=True),
-            target=target, pass_configs=FIRST_PASS_CONFIGS)
-        self.chain = tilelang.compile(
-            chain_key.chain_program(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, block_v=config.block_v,
-                                    dtype=dtype, sequences="equal", state_v_first=False, threads=config.threads,
-                                    num_stages=config.num_stages, boundaries=True),
-            target=target, pass_configs=PASS_CONFIGS)
-        self.wy = tilelang.compile(wy_program(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, dtype=dtype),
-                                   target=target, pass_configs=PASS_CONFIGS)
+        self.prep = compiled(
+            f"{PROGRAMS}.chunk_prep:prep_program",
+            dict(heads=1, value_heads=1, dim_k=K, chunk=C, dtype=dtype, sequences="equal", l2norm=False, gated=False,
+                 gate_in_kernel=False, beta_sigmoid=False, neg_eigval=False, scale=1.0, inverse_out=True),
+            spec.arch, FIRST_PASS_CONFIGS)
+        self.chain = compiled(
+            f"{PROGRAMS}.chain_key:chain_program",
+            dict(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype,
+                 sequences="equal", state_v_first=False, threads=config.threads, num_stages=config.num_stages,
+                 boundaries=True),
+            spec.arch, PASS_CONFIGS)
+        self.wy = compiled(f"{PROGRAMS}.wy_fast:wy_program",
+                           dict(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, dtype=dtype), spec.arch, PASS_CONFIGS)
         self.no_gate = NoGate(1)
 
     def __call__(self, q, k, v, beta):

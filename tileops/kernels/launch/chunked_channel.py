@@ -7,38 +7,35 @@ captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp3
 
 from __future__ import annotations
 
-import tilelang
 import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.hardware import compile_target
 from tileops.kernels.launch.chunked import NoGate
-from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CONFIGS, TL_DTYPES, query_scale,
-                                                     sequences, transform_flags)
+from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CONFIGS, PROGRAMS, TL_DTYPES,
+                                                     query_scale, sequences, transform_flags)
+from tileops.kernels.launch.compiled import Program, compiled
 from tileops.kernels.plans.packing import packed
-from tileops.kernels.programs import chain_value
-from tileops.kernels.programs.chunk_prep_channel import channel_prep_program
 
 
-def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True):
+def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
     """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule)."""
     flags = transform_flags(spec, True)
     del flags["gated"]
-    program = channel_prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
-                                   chunk=config.chunk_size, sequences=sequences(spec), scale=query_scale(spec),
-                                   lower_bound=spec.flag("lower_bound"), delta=delta, **flags)
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
+                sequences=sequences(spec), scale=query_scale(spec), lower_bound=spec.flag("lower_bound"),
+                delta=delta, **flags)
+    return compiled(f"{PROGRAMS}.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
-def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True):
+def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
     """The value-major state pass for ``spec`` under one decay per key channel, with its products' waits."""
-    program = chain_value.chain_program(
-        heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v, chunk=config.chunk_size,
-        block_v=config.block_v, dtype=TL_DTYPES[spec.dtype], sequences=sequences(spec),
-        state_v_first=bool(spec.flag("state_v_first", False)), threads=2 * config.block_v,
-        num_stages=config.num_stages, issue=config.walk_issue, channel=True, delta=delta)
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+                chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
+                sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
+                threads=2 * config.block_v, num_stages=config.num_stages, issue=config.walk_issue, channel=True,
+                delta=delta)
+    return compiled(f"{PROGRAMS}.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
 
 
 class ChannelPrefillLauncher:

@@ -6,26 +6,20 @@ sequence count are run-time values, so a new length reuses the compiled programs
 
 from __future__ import annotations
 
-import tilelang
 import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.hardware import compile_target
+from tileops.kernels.launch.compiled import DISABLE_WARP_SPECIALIZED, FAST_MATH, Program, compiled
 from tileops.kernels.plans.entries import WARM_REACH
-from tileops.kernels.programs import chain_key, chain_value
-from tileops.kernels.programs.chunk_fused import fused_program
-from tileops.kernels.programs.chunk_prep import prep_program
-from tileops.kernels.programs.piece_entries import piece_entries_program
-from tileops.kernels.programs.warm_start import warm_start_program
 
 # The software pipeline of the chain keeps its loads in the compute warps: the automatic
 # producer/consumer split mishandles the state tile set up before the loop.
-PASS_CONFIGS = {tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
+PASS_CONFIGS = {DISABLE_WARP_SPECIALIZED: True}
 # The first pass is bound by the latency of its transcendentals (alone on one warpgroup in the
 # fused kernel): approximate ones took the fused B8×T4096 from 0.88 ms to 0.78, and the two-pass
 # first pass of B8 from 0.420 to 0.408, at the same error against the float64 reference.
-FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+FIRST_PASS_CONFIGS = dict(PASS_CONFIGS, **{FAST_MATH: True})
 
 TL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
@@ -50,58 +44,56 @@ def transform_flags(spec: CallSpec, gated: bool) -> dict:
                 neg_eigval=bool(spec.flag("allow_neg_eigval", False)))
 
 
-def compile_prep(config: KernelConfig, spec: CallSpec, gated: bool = True):
+PROGRAMS = "tileops.kernels.programs"
+
+
+def compile_prep(config: KernelConfig, spec: CallSpec, gated: bool = True) -> Program:
     """The first pass for ``spec``."""
-    program = prep_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
-                           sequences=sequences(spec), scale=query_scale(spec), **transform_flags(spec, gated))
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
+                sequences=sequences(spec), scale=query_scale(spec), **transform_flags(spec, gated))
+    return compiled(f"{PROGRAMS}.chunk_prep:prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
-def compile_fused(config: KernelConfig, spec: CallSpec, gated: bool = True):
+def compile_fused(config: KernelConfig, spec: CallSpec, gated: bool = True) -> Program:
     """The fused kernel for ``spec``."""
-    program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
-                            chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
-                            walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
-                            sequences=sequences(spec, bool(config.piece_chunks)), scale=query_scale(spec),
-                            **transform_flags(spec, gated))
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+                chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
+                walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
+                sequences=sequences(spec, bool(config.piece_chunks)), scale=query_scale(spec),
+                **transform_flags(spec, gated))
+    return compiled(f"{PROGRAMS}.chunk_fused:fused_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
-def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True, value_tile: int = 0):
+def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True, value_tile: int = 0) -> Program:
     """The pieces' summaries for ``spec``'s exact schedule: each piece's state and transition, on
     ``value_tile`` value rows a CTA (0: all)."""
-    program = fused_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
-                            chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
-                            walk_moves="elementwise", walk_issue=config.walk_issue, stages=config.num_stages,
-                            sequences="pieces", scale=query_scale(spec), summary=True, value_tile=value_tile,
-                            **transform_flags(spec, gated))
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=FIRST_PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+                chunk=config.chunk_size, state_v_first=bool(spec.flag("state_v_first", False)),
+                walk_moves="elementwise", walk_issue=config.walk_issue, stages=config.num_stages,
+                sequences="pieces", scale=query_scale(spec), summary=True, value_tile=value_tile,
+                **transform_flags(spec, gated))
+    return compiled(f"{PROGRAMS}.chunk_fused:fused_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
-def compile_piece_entries(spec: CallSpec):
+def compile_piece_entries(spec: CallSpec) -> Program:
     """The chains of the exact schedule's summaries into entry states (exact fp32 arithmetic)."""
-    program = piece_entries_program(value_heads=spec.value_heads, dim=spec.dim_v,
-                                    state_v_first=bool(spec.flag("state_v_first", False)))
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
+    args = dict(value_heads=spec.value_heads, dim=spec.dim_v, state_v_first=bool(spec.flag("state_v_first", False)))
+    return compiled(f"{PROGRAMS}.piece_entries:piece_entries_program", args, spec.arch, PASS_CONFIGS)
 
 
-def compile_warm_start(config: KernelConfig, spec: CallSpec, gated: bool = True):
+def compile_warm_start(config: KernelConfig, spec: CallSpec, gated: bool = True) -> Program:
     """Where the warm-up walks of ``spec``'s pieces begin (exact arithmetic: it bounds a product); with
     the exact schedule, which pieces reach too far back and take their entry states instead."""
-    program = warm_start_program(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k,
-                                 chunk=config.chunk_size, reach=WARM_REACH, **transform_flags(spec, gated))
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
+                reach=WARM_REACH, **transform_flags(spec, gated))
+    return compiled(f"{PROGRAMS}.warm_start:warm_start_program", args, spec.arch, PASS_CONFIGS)
 
 
-CHAINS = {"key": chain_key.chain_program, "value": chain_value.chain_program}
-
-
-def compile_chain(config: KernelConfig, spec: CallSpec):
+def compile_chain(config: KernelConfig, spec: CallSpec) -> Program:
     """The state pass for ``spec``, in the config's layout (value-major: with its products' waits)."""
     waits = dict(issue=config.walk_issue) if config.state_major == "value" else {}
-    program = CHAINS[config.state_major](
-        heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
-        chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
-        sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
-        threads=config.threads, num_stages=config.num_stages, **waits)
-    return tilelang.compile(program, target=compile_target(spec.arch), pass_configs=PASS_CONFIGS)
+    args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
+                chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
+                sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
+                threads=config.threads, num_stages=config.num_stages, **waits)
+    return compiled(f"{PROGRAMS}.chain_{config.state_major}:chain_program", args, spec.arch, PASS_CONFIGS)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
-import tilelang
 import torch
 
 from tileops.callspec import CallSpec
-from tileops.kernels.hardware import compile_target
-from tileops.kernels.plans.decode_tile import DELTA_SCALAR, DecodeRule
-from tileops.kernels.programs.decode import DecodeShape, decode_program
+from tileops.kernels.launch.compiled import Program, compiled
+from tileops.kernels.plans.decode_tile import DELTA_SCALAR, DecodeRule, DecodeShape
 
 # (g, beta, A_log, dt_bias dtypes, whether an initial state is given): what the call's optional
 # tensors change in the program. Everything else is fixed by the spec.
@@ -23,17 +21,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(shape: DecodeShape, arch: str):
-    """The JIT-compiled program of ``shape`` for ``arch``, shared by every launcher in the process."""
-    return tilelang.compile(decode_program(shape), target=compile_target(arch), execution_backend="tvm_ffi")
-
-
-def entry_point(kernel):
-    """The compiled program's tvm-ffi function. Called directly it skips the JIT wrapper's
-    per-argument Python (about 2 us of a 17 us call on the H200's host); it still checks the
-    arguments' shapes, dtypes and strides itself."""
-    module = kernel.adapter.get_exportable_executable()
-    return (module.jit() if hasattr(module, "jit") else module).get_function("main")
+def decode_compiled(shape: DecodeShape, arch: str) -> Program:
+    """The compiled program of ``shape`` for ``arch``, shared by every launcher in the process."""
+    return compiled("tileops.kernels.programs.decode:decode_program", dict(s=shape), arch)
 
 
 class DecodeLauncher:
@@ -72,8 +62,8 @@ class DecodeLauncher:
                 raise RuntimeError(
                     f"{self.name} would compile a program for new g/beta/A_log/dt_bias dtypes or initial-state "
                     "presence while a CUDA graph is being captured; make one call like it before capturing")
-            kernel = self.programs[variant] = compiled(self.shape(variant), self.spec.arch)
-            entry = self.entries[variant] = entry_point(kernel)
+            program = self.programs[variant] = decode_compiled(self.shape(variant), self.spec.arch)
+            entry = self.entries[variant] = program.entry
         return entry
 
     def shape(self, variant: Variant) -> DecodeShape:

@@ -36,6 +36,35 @@ class ThreadTile:
         return self.ek * self.ev
 
 
+@dataclass(frozen=True)
+class DecodeShape:
+    """Everything one compiled program is specialised on; the batch size stays symbolic."""
+
+    heads: int
+    value_heads: int
+    dim_k: int
+    dim_v: int
+    dtype: str
+    g_dtype: str
+    beta_dtype: str
+    a_log_dtype: str
+    dt_bias_dtype: str
+    block_v: int
+    threads: int
+    state_v_first: bool
+    has_state: bool
+    scale: float
+    l2norm: bool
+    beta_sigmoid: bool
+    neg_eigval: bool
+    gate_in_kernel: bool
+    gate: str = "scalar"  # "none", "scalar" (one decay per head) or "channel" (one per key channel)
+    delta: bool = True  # the delta rule; False: the plain gated sum, no beta
+    state_dtype: str = "float32"  # the state as stored; the arithmetic is fp32 whatever it is
+    has_dt_bias: bool = True  # an in-kernel gate's dt_bias is given (KDA's is optional)
+    lower_bound: Optional[float] = None  # KDA's in-kernel gate: lower_bound * sigmoid(e^A_log x)
+
+
 def thread_tile(dim_k: int, block_v: int, threads: int, state_v_first: bool) -> ThreadTile:
     """The split of a K x block_v tile over ``threads``; ValueError says why none fits.
 

@@ -15,43 +15,11 @@ layout, K for the value-major one) and contiguous runs along the other axis. Pla
 code: it runs on sm80, sm89 and sm90 alike.
 """
 
-from dataclasses import dataclass
-from typing import Optional
-
 import tilelang.language as T
 
 from tileops.kernels.blocks.transforms import channel_gate_transform, gate_transform
 from tileops.kernels.hardware import VEC, WARP
-from tileops.kernels.plans.decode_tile import thread_tile
-
-
-@dataclass(frozen=True)
-class DecodeShape:
-    """Everything one compiled program is specialised on; the batch size stays symbolic."""
-
-    heads: int
-    value_heads: int
-    dim_k: int
-    dim_v: int
-    dtype: str
-    g_dtype: str
-    beta_dtype: str
-    a_log_dtype: str
-    dt_bias_dtype: str
-    block_v: int
-    threads: int
-    state_v_first: bool
-    has_state: bool
-    scale: float
-    l2norm: bool
-    beta_sigmoid: bool
-    neg_eigval: bool
-    gate_in_kernel: bool
-    gate: str = "scalar"  # "none", "scalar" (one decay per head) or "channel" (one per key channel)
-    delta: bool = True  # the delta rule; False: the plain gated sum, no beta
-    state_dtype: str = "float32"  # the state as stored; the arithmetic is fp32 whatever it is
-    has_dt_bias: bool = True  # an in-kernel gate's dt_bias is given (KDA's is optional)
-    lower_bound: Optional[float] = None  # KDA's in-kernel gate: lower_bound * sigmoid(e^A_log x)
+from tileops.kernels.plans.decode_tile import DecodeShape, thread_tile
 
 
 def decode_program(s: DecodeShape):

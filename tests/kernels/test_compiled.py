@@ -1,0 +1,115 @@
+"""Compiled programs are kept by what they are built from and loaded in a fresh process without
+TileLang; kernels' code hashes are kept under the package's files as they are."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kernels.resources import needs_nvcc
+from tileops.kernels import code_hash
+from tileops.kernels.launch import compiled as compiled_module
+from tileops.kernels.launch.compiled import LIBRARY, SOURCE, compiled, program_key
+from tileops.kernels.plans.decode_tile import DecodeShape
+
+ROOT = Path(__file__).resolve().parents[2]
+DECODE = "tileops.kernels.programs.decode:decode_program"
+SHAPE = DecodeShape(heads=2, value_heads=2, dim_k=64, dim_v=64, dtype="bfloat16", g_dtype="float32",
+                    beta_dtype="float32", a_log_dtype="float32", dt_bias_dtype="float32", block_v=32, threads=128,
+                    state_v_first=False, has_state=True, scale=0.125, l2norm=False, beta_sigmoid=False,
+                    neg_eigval=False, gate_in_kernel=False)
+
+# A fresh process: the GDN decode kernel's launcher for a call whose program is kept, then what it
+# imported and how its program came to be.
+FRESH = r"""
+import json, sys, torch
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.registry import get_kernel
+spec = CallSpec(op="gdn", entry="GDNFwdOp", mode="decode", dtype=torch.bfloat16, device=torch.device("cuda", 0),
+                arch="sm90", device_name="NVIDIA H200", batch=8, tokens=1, heads=2, value_heads=2, dim_k=64,
+                dim_v=64, flags=make_flags(scale=0.125, has_initial_state=True))
+kernel = get_kernel("tl.gdn_decode")
+(program,) = kernel.build(kernel.default(spec), spec).programs.values()
+print(json.dumps({"tilelang": "tilelang" in sys.modules, "compiled_here": program._kernel is not None,
+                  "entry": type(program.entry).__name__, "folder": str(program.folder)}))
+"""
+
+
+def fresh_process(cache: Path) -> dict:
+    env = dict(os.environ, TILELANG_CACHE_DIR=str(cache))
+    done = subprocess.run([sys.executable, "-c", FRESH], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_nvcc
+def test_a_fresh_process_loads_a_kept_program_without_tilelang(tmp_path):
+    first = fresh_process(tmp_path)  # compiles, then keeps the library and its source
+    assert first["compiled_here"] and first["tilelang"]
+    folder = Path(first["folder"])
+    assert (folder / LIBRARY).stat().st_size > 0 and "__global__" in (folder / SOURCE).read_text()
+    second = fresh_process(tmp_path)
+    assert second == dict(first, tilelang=False, compiled_here=False)
+    assert second["entry"] == "Function"
+
+
+@needs_nvcc
+def test_a_damaged_kept_program_is_compiled_again(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    program = compiled(DECODE, dict(s=SHAPE), "sm90")
+    (program.folder / LIBRARY).write_bytes(b"not a library")
+    with caplog.at_level(logging.WARNING, logger="tileops.kernels"):
+        again = compiled(DECODE, dict(s=SHAPE), "sm90")
+    assert "could not be loaded" in caplog.text and again._kernel is not None
+    assert compiled(DECODE, dict(s=SHAPE), "sm90")._kernel is None  # kept again, whole
+
+
+@needs_nvcc
+def test_a_loaded_program_still_shows_its_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    built = compiled(DECODE, dict(s=SHAPE), "sm90")
+    loaded = compiled(DECODE, dict(s=SHAPE), "sm90")
+    assert loaded._kernel is None
+    assert loaded.get_kernel_source() == built.get_kernel_source() == (built.folder / SOURCE).read_text()
+
+
+def test_every_part_of_a_program_names_it():
+    base = program_key(DECODE, dict(s=SHAPE), "sm90", {})
+    others = [program_key(DECODE, dict(s=SHAPE), "sm80", {}),
+              program_key(DECODE, dict(s=SHAPE), "sm90", {compiled_module.FAST_MATH: True}),
+              program_key("tileops.kernels.programs.decode:other", dict(s=SHAPE), "sm90", {}),
+              program_key(DECODE, dict(s=DecodeShape(**dict(SHAPE.__dict__, block_v=64))), "sm90", {}),
+              program_key(DECODE, dict(s=DecodeShape(**dict(SHAPE.__dict__, scale=0.125000001))), "sm90", {})]
+    assert len({base, *others}) == 1 + len(others)
+    assert program_key(DECODE, dict(s=SHAPE), "sm90", {}) == base
+
+
+def test_a_program_kept_under_other_kernel_code_is_not_found(monkeypatch):
+    base = program_key(DECODE, dict(s=SHAPE), "sm90", {})
+    monkeypatch.setattr(compiled_module, "package_stamp", lambda: "other files")
+    assert program_key(DECODE, dict(s=SHAPE), "sm90", {}) != base
+
+
+def test_a_kept_code_hash_is_read_not_parsed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    roots = ("tileops.kernels.gdn.prefill",)
+    expected = code_hash.code_hash(roots, "tl.gdn_prefill", "space")
+    assert code_hash.kept_code_hash(roots, "tl.gdn_prefill", "space") == expected
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(code_hash, "code_hash", no_parsing)
+    assert code_hash.kept_code_hash(roots, "tl.gdn_prefill", "space") == expected
+    with pytest.raises(AssertionError, match="parsed again"):  # other extras are another hash
+        code_hash.kept_code_hash(roots, "tl.gdn_prefill", "other space")
+    monkeypatch.setattr(code_hash, "package_stamp", lambda: "edited files")
+    with pytest.raises(AssertionError, match="parsed again"):  # edited files are parsed again
+        code_hash.kept_code_hash(roots, "tl.gdn_prefill", "space")

@@ -1,0 +1,150 @@
+"""Compiled programs kept on disk by what they are built from, and loaded without the compiler.
+
+A program is named by its builder (``module:function`` under ``tileops.kernels``), the builder's
+arguments, the target and the pass configs, and stamped with the kernel package's source and
+TileLang's version. Its first build compiles it with TileLang and keeps the library and its CUDA
+source in the store (``kernels.kept``); a later process finds them there and loads the library
+through tvm-ffi alone, so a warm first call neither imports TileLang nor rebuilds the program's IR.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from tileops.kernels.code_hash import package_stamp
+from tileops.kernels.hardware import compile_target
+from tileops.kernels.kept import kept_root
+
+# TileLang's pass configs by the names it reads (its PassConfigKey values), so that no import of
+# TileLang is needed to name them.
+DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+FAST_MATH = "tl.enable_fast_math"
+LIBRARY, SOURCE = "executable.so", "kernel.cu"
+log = logging.getLogger("tileops.kernels")
+
+
+@functools.lru_cache(maxsize=None)
+def _tilelang_version() -> str:
+    try:
+        return importlib.metadata.version("tilelang")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def program_key(builder: str, args: dict, arch: str, pass_configs: dict) -> str:
+    """The store's name of one program (hex digits): a program kept under other code of the kernel
+    package or another TileLang is never loaded."""
+    text = json.dumps([package_stamp(), _tilelang_version(), builder, repr(sorted(args.items())), compile_target(arch),
+                       sorted(pass_configs.items())])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class Program:
+    """A compiled program: called with its tensors and run-time values in the program's order.
+
+    Any other attribute (``get_kernel_source``, ``prim_func``, ...) is TileLang's compiled kernel's,
+    built on first use (from TileLang's own cache when the program was loaded from the store), for
+    inspection and tests.
+    """
+
+    def __init__(self, entry: Callable, build: Callable[[], Any], folder: Path, kernel: Any = None) -> None:
+        self.entry = entry
+        self.folder = folder
+        self._build = build
+        self._kernel = kernel
+
+    def __call__(self, *args: Any) -> Any:
+        return self.entry(*args)
+
+    @property
+    def kernel(self) -> Any:
+        """TileLang's JIT kernel of this program."""
+        if self._kernel is None:
+            self._kernel = self._build()
+        return self._kernel
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.kernel, name)
+
+
+def compiled(builder: str, args: dict, arch: str, pass_configs: dict = {}) -> Program:  # noqa: B006 - read only
+    """The program ``builder(**args)`` for ``arch``: loaded from the store, else compiled and kept."""
+    folder = kept_root() / "programs" / program_key(builder, args, arch, pass_configs)
+
+    def build():
+        import tilelang
+
+        module, name = builder.split(":")
+        program = getattr(importlib.import_module(module), name)(**args)
+        return tilelang.compile(program, target=compile_target(arch), pass_configs=dict(pass_configs),
+                                execution_backend="tvm_ffi")
+
+    if (folder / LIBRARY).is_file():
+        try:
+            return Program(load_library(folder / LIBRARY), build, folder)
+        except Exception as err:  # a damaged entry is compiled again, and replaced
+            log.warning("kept program %s could not be loaded (%s); compiling it again", folder, err)
+            shutil.rmtree(folder, ignore_errors=True)
+    kernel = build()
+    _keep(kernel, folder)
+    return Program(entry_point(kernel), build, folder, kernel)
+
+
+def entry_point(kernel: Any) -> Callable:
+    """A TileLang kernel's tvm-ffi function. Called directly it skips the JIT wrapper's
+    per-argument Python; the function still checks the arguments' shapes, dtypes and strides."""
+    module = kernel.adapter.get_exportable_executable()
+    return (module.jit() if hasattr(module, "jit") else module).get_function("main")
+
+
+@functools.lru_cache(maxsize=None)
+def _tvm_ffi():
+    """tvm-ffi with TileLang's runtime library loaded beside it: the library's CUDA module loader and
+    the host functions a kept program's code calls (not TileLang's Python package)."""
+    import tvm_ffi
+
+    spec = importlib.util.find_spec("tilelang")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("TileLang is not installed: its runtime library serves the compiled programs")
+    runtime = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
+    ctypes.CDLL(str(runtime), mode=os.RTLD_GLOBAL)
+    return tvm_ffi
+
+
+def load_library(path: Path) -> Callable:
+    """The entry function of a kept program's library."""
+    return _tvm_ffi().load_module(str(path)).get_function("main")
+
+
+def _keep(kernel: Any, folder: Path) -> None:
+    """Put a freshly compiled kernel's library and CUDA source in the store; a store that cannot be
+    written only costs the next process a compile (logged)."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
+        made = getattr(kernel, "_tilelang_cache_path", None)
+        if made and (Path(made) / LIBRARY).is_file():
+            shutil.copyfile(Path(made) / LIBRARY, staging / LIBRARY)
+        else:
+            kernel.adapter.get_exportable_executable().export_library(str(staging / LIBRARY))
+        (staging / SOURCE).write_text(kernel.get_kernel_source() or "")
+        try:
+            os.rename(staging, folder)
+        except OSError:  # another process kept it first
+            shutil.rmtree(staging, ignore_errors=True)
+    except Exception as err:
+        log.warning("could not keep compiled program in %s (%s)", folder, err)
