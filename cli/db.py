@@ -273,6 +273,8 @@ def warm(db: Db = None,
          arch: Annotated[Optional[str], typer.Option(
              help="Compile for this architecture instead of this machine's device (e.g. sm90 on a CPU "
                   "machine with nvcc), to fill a compile cache that travels to the GPU machine.")] = None,
+         shipped: Annotated[bool, typer.Option(
+             help="Also the shipped snapshot's winners for the keys the database lacks.")] = True,
          ) -> None:
     """Compile this device's winners (the database's, then the shipped snapshot's for the keys the
     database lacks) ahead of time, so the first op call does not wait."""
@@ -294,7 +296,7 @@ def warm(db: Db = None,
             rows = store.winners(arch=arch)
     # The shipped snapshot serves every key the database does not: its winners are warmed too.
     own_keys = {record_key(row) for row in rows}
-    rows += [row for row in shipped_winners(arch) if record_key(row) not in own_keys]
+    rows += [row for row in shipped_winners(arch) if shipped and record_key(row) not in own_keys]
     usable = [row for row, problem in check_all(rows) if problem is None]
     if not usable:
         out.print(f"no usable winners for {arch} ({len(rows)} rows in all, database and shipped snapshot)")

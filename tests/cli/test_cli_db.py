@@ -157,6 +157,10 @@ def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_u
     assert result.exit_code == 0, result.output
     assert compiled == [1.0, 3.0]
     assert "compiled 2 of 2 winners for cpu" in result.output
+    compiled.clear()
+    result = warm_with(monkeypatch, lambda record: compiled.append(record.time_ms), "--db", sqlite_url, "--no-shipped")
+    assert result.exit_code == 0, result.output
+    assert compiled == [1.0] and "compiled 1 of 1 winners for cpu" in result.output
 
 
 def test_warm_for_another_arch_picks_that_archs_winners(sqlite_url, tiny_kernel, monkeypatch):

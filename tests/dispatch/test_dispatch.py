@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
-from pathlib import Path
 import sqlite3
-import subprocess
-import sys
 import warnings
 
 import pytest

@@ -4,7 +4,6 @@ TileLang; kernels' code hashes are kept under the package's files as they are.""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -60,15 +59,33 @@ def test_a_fresh_process_loads_a_kept_program_without_tilelang(tmp_path):
     assert second["entry"] == "Function"
 
 
+# A fresh process asks for the decode program of SHAPE: whether it had to compile it.
+ASK = r"""
+import logging
+from tileops.kernels.launch.compiled import compiled
+from tileops.kernels.plans.decode_tile import DecodeShape
+logging.basicConfig()
+shape = DecodeShape(**{shape!r})
+print("compiled" if compiled({builder!r}, dict(s=shape), "sm90")._kernel is not None else "loaded")
+"""
+
+
+def ask_in_fresh_process(cache: Path) -> tuple[str, str]:
+    code = ASK.format(shape=SHAPE.__dict__, builder=DECODE)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, TILELANG_CACHE_DIR=str(cache)),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()[-1], done.stderr
+
+
 @needs_nvcc
-def test_a_damaged_kept_program_is_compiled_again(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
-    program = compiled(DECODE, dict(s=SHAPE), "sm90")
-    (program.folder / LIBRARY).write_bytes(b"not a library")
-    with caplog.at_level(logging.WARNING, logger="tileops.kernels"):
-        again = compiled(DECODE, dict(s=SHAPE), "sm90")
-    assert "could not be loaded" in caplog.text and again._kernel is not None
-    assert compiled(DECODE, dict(s=SHAPE), "sm90")._kernel is None  # kept again, whole
+def test_a_damaged_kept_program_is_compiled_again_and_replaced(tmp_path):
+    assert ask_in_fresh_process(tmp_path)[0] == "compiled"
+    (library,) = (tmp_path / "tileops" / "programs").glob(f"*/{LIBRARY}")
+    library.write_bytes(b"not a library")
+    outcome, log = ask_in_fresh_process(tmp_path)
+    assert outcome == "compiled" and "could not be loaded" in log
+    assert ask_in_fresh_process(tmp_path)[0] == "loaded"
 
 
 @needs_nvcc
@@ -113,3 +130,18 @@ def test_a_kept_code_hash_is_read_not_parsed_again(tmp_path, monkeypatch):
     monkeypatch.setattr(code_hash, "package_stamp", lambda: "edited files")
     with pytest.raises(AssertionError, match="parsed again"):  # edited files are parsed again
         code_hash.kept_code_hash(roots, "tl.gdn_prefill", "space")
+
+
+def test_every_builder_a_launcher_names_is_a_program_function():
+    import ast
+    import importlib
+
+    from tileops.kernels.code_hash import BUILDER
+
+    named = {node.value for path in (ROOT / "tileops" / "kernels" / "launch").glob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and BUILDER.fullmatch(node.value)}
+    assert len(named) >= 10
+    for builder in named:
+        module, name = builder.split(":")
+        assert callable(getattr(importlib.import_module(module), name)), builder

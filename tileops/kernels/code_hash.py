@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import re
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -30,6 +31,7 @@ INFRASTRUCTURE = frozenset({f"{PACKAGE}.base", f"{PACKAGE}.config", f"{PACKAGE}.
 
 
 ROOT = Path(__file__).resolve().parent  # the folder of PACKAGE
+BUILDER = re.compile(r"tileops\.kernels(\.\w+)+:\w+")
 
 
 def module_path(name: str, root: Path = ROOT) -> Optional[Path]:
@@ -44,10 +46,13 @@ def module_path(name: str, root: Path = ROOT) -> Optional[Path]:
 
 
 def imported_modules(tree: ast.Module, root: Path = ROOT) -> set[str]:
-    """The ``tileops.kernels`` modules a module imports anywhere in its code."""
+    """The ``tileops.kernels`` modules a module imports anywhere in its code, and those it names
+    as a program's builder (a ``"module:function"`` string: ``launch.compiled`` imports it)."""
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and BUILDER.fullmatch(node.value):
+            found.add(node.value.split(":")[0])
+        elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PACKAGE):
             found.add(node.module)

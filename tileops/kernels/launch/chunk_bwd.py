@@ -12,7 +12,7 @@ import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
-from tileops.kernels.launch.chunked_programs import PASS_CONFIGS, PROGRAMS, TL_DTYPES
+from tileops.kernels.launch.chunked_programs import PASS_CONFIGS, TL_DTYPES
 from tileops.kernels.launch.compiled import compiled
 
 
@@ -25,10 +25,10 @@ class ChunkBwdLauncher:
         self.config = config
         self.chunk = C = spec.flag("chunk_size")
         dtype, K, V = TL_DTYPES[spec.dtype], spec.dim_k, spec.dim_v
-        self.walk = compiled(f"{PROGRAMS}.chunk_dh:dh_program",
+        self.walk = compiled("tileops.kernels.programs.chunk_dh:dh_program",
                              dict(dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype,
                                   threads=config.threads, num_stages=config.num_stages), spec.arch, PASS_CONFIGS)
-        self.grads = compiled(f"{PROGRAMS}.chunk_grads:grads_program", dict(dim_k=K, dim_v=V, chunk=C, dtype=dtype),
+        self.grads = compiled("tileops.kernels.programs.chunk_grads:grads_program", dict(dim_k=K, dim_v=V, chunk=C, dtype=dtype),
                               spec.arch, PASS_CONFIGS)
 
     def __call__(self, do, q, k, v, beta, S, Aw, Au, w, u):

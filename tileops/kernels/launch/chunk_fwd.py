@@ -14,7 +14,7 @@ import torch
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.launch.chunked import NoGate
-from tileops.kernels.launch.chunked_programs import FIRST_PASS_CONFIGS, PASS_CONFIGS, PROGRAMS, TL_DTYPES
+from tileops.kernels.launch.chunked_programs import FIRST_PASS_CONFIGS, PASS_CONFIGS, TL_DTYPES
 from tileops.kernels.launch.compiled import compiled
 
 
@@ -26,17 +26,17 @@ class ChunkFwdLauncher:
         self.chunk = C = spec.flag("chunk_size")
         dtype, K, V = TL_DTYPES[spec.dtype], spec.dim_k, spec.dim_v
         self.prep = compiled(
-            f"{PROGRAMS}.chunk_prep:prep_program",
+            "tileops.kernels.programs.chunk_prep:prep_program",
             dict(heads=1, value_heads=1, dim_k=K, chunk=C, dtype=dtype, sequences="equal", l2norm=False, gated=False,
                  gate_in_kernel=False, beta_sigmoid=False, neg_eigval=False, scale=1.0, inverse_out=True),
             spec.arch, FIRST_PASS_CONFIGS)
         self.chain = compiled(
-            f"{PROGRAMS}.chain_key:chain_program",
+            "tileops.kernels.programs.chain_key:chain_program",
             dict(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype,
                  sequences="equal", state_v_first=False, threads=config.threads, num_stages=config.num_stages,
                  boundaries=True),
             spec.arch, PASS_CONFIGS)
-        self.wy = compiled(f"{PROGRAMS}.wy_fast:wy_program",
+        self.wy = compiled("tileops.kernels.programs.wy_fast:wy_program",
                            dict(heads=1, value_heads=1, dim_k=K, dim_v=V, chunk=C, dtype=dtype), spec.arch, PASS_CONFIGS)
         self.no_gate = NoGate(1)
 

@@ -12,7 +12,7 @@ import torch
 from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.launch.chunked import NoGate
-from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CONFIGS, PROGRAMS, TL_DTYPES,
+from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CONFIGS, TL_DTYPES,
                                                      query_scale, sequences, transform_flags)
 from tileops.kernels.launch.compiled import Program, compiled
 from tileops.kernels.plans.packing import packed
@@ -25,7 +25,7 @@ def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = Tru
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 sequences=sequences(spec), scale=query_scale(spec), lower_bound=spec.flag("lower_bound"),
                 delta=delta, **flags)
-    return compiled(f"{PROGRAMS}.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
 def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
@@ -35,7 +35,7 @@ def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = Tr
                 sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
                 threads=2 * config.block_v, num_stages=config.num_stages, issue=config.walk_issue, channel=True,
                 delta=delta)
-    return compiled(f"{PROGRAMS}.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
 
 
 class ChannelPrefillLauncher:

@@ -44,14 +44,16 @@ def transform_flags(spec: CallSpec, gated: bool) -> dict:
                 neg_eigval=bool(spec.flag("allow_neg_eigval", False)))
 
 
-PROGRAMS = "tileops.kernels.programs"
+# The state pass of each layout (the config's ``state_major``).
+CHAINS = {"key": "tileops.kernels.programs.chain_key:chain_program",
+          "value": "tileops.kernels.programs.chain_value:chain_program"}
 
 
 def compile_prep(config: KernelConfig, spec: CallSpec, gated: bool = True) -> Program:
     """The first pass for ``spec``."""
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 sequences=sequences(spec), scale=query_scale(spec), **transform_flags(spec, gated))
-    return compiled(f"{PROGRAMS}.chunk_prep:prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.chunk_prep:prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
 def compile_fused(config: KernelConfig, spec: CallSpec, gated: bool = True) -> Program:
@@ -61,7 +63,7 @@ def compile_fused(config: KernelConfig, spec: CallSpec, gated: bool = True) -> P
                 walk_moves=config.walk_moves, walk_issue=config.walk_issue, stages=config.num_stages,
                 sequences=sequences(spec, bool(config.piece_chunks)), scale=query_scale(spec),
                 **transform_flags(spec, gated))
-    return compiled(f"{PROGRAMS}.chunk_fused:fused_program", args, spec.arch, FIRST_PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.chunk_fused:fused_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
 def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True, value_tile: int = 0) -> Program:
@@ -72,13 +74,13 @@ def compile_summary(config: KernelConfig, spec: CallSpec, gated: bool = True, va
                 walk_moves="elementwise", walk_issue=config.walk_issue, stages=config.num_stages,
                 sequences="pieces", scale=query_scale(spec), summary=True, value_tile=value_tile,
                 **transform_flags(spec, gated))
-    return compiled(f"{PROGRAMS}.chunk_fused:fused_program", args, spec.arch, FIRST_PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.chunk_fused:fused_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
 def compile_piece_entries(spec: CallSpec) -> Program:
     """The chains of the exact schedule's summaries into entry states (exact fp32 arithmetic)."""
     args = dict(value_heads=spec.value_heads, dim=spec.dim_v, state_v_first=bool(spec.flag("state_v_first", False)))
-    return compiled(f"{PROGRAMS}.piece_entries:piece_entries_program", args, spec.arch, PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.piece_entries:piece_entries_program", args, spec.arch, PASS_CONFIGS)
 
 
 def compile_warm_start(config: KernelConfig, spec: CallSpec, gated: bool = True) -> Program:
@@ -86,7 +88,7 @@ def compile_warm_start(config: KernelConfig, spec: CallSpec, gated: bool = True)
     the exact schedule, which pieces reach too far back and take their entry states instead."""
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 reach=WARM_REACH, **transform_flags(spec, gated))
-    return compiled(f"{PROGRAMS}.warm_start:warm_start_program", args, spec.arch, PASS_CONFIGS)
+    return compiled("tileops.kernels.programs.warm_start:warm_start_program", args, spec.arch, PASS_CONFIGS)
 
 
 def compile_chain(config: KernelConfig, spec: CallSpec) -> Program:
@@ -96,4 +98,4 @@ def compile_chain(config: KernelConfig, spec: CallSpec) -> Program:
                 chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
                 sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
                 threads=config.threads, num_stages=config.num_stages, **waits)
-    return compiled(f"{PROGRAMS}.chain_{config.state_major}:chain_program", args, spec.arch, PASS_CONFIGS)
+    return compiled(CHAINS[config.state_major], args, spec.arch, PASS_CONFIGS)

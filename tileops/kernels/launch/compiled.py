@@ -100,13 +100,14 @@ def compiled(builder: str, args: dict, arch: str, pass_configs: dict = {}) -> Pr
             log.warning("kept program %s could not be loaded (%s); compiling it again", folder, err)
             shutil.rmtree(folder, ignore_errors=True)
     kernel = build()
-    _keep(kernel, folder)
-    return Program(entry_point(kernel), build, folder, kernel)
+    entry = load_library(folder / LIBRARY) if _keep(kernel, folder) else entry_point(kernel)
+    return Program(entry, build, folder, kernel)
 
 
 def entry_point(kernel: Any) -> Callable:
-    """A TileLang kernel's tvm-ffi function. Called directly it skips the JIT wrapper's
-    per-argument Python; the function still checks the arguments' shapes, dtypes and strides."""
+    """A TileLang kernel's tvm-ffi function (a program that could not be kept). Called directly it
+    skips the JIT wrapper's per-argument Python; the function still checks the arguments' shapes,
+    dtypes and strides."""
     module = kernel.adapter.get_exportable_executable()
     return (module.jit() if hasattr(module, "jit") else module).get_function("main")
 
@@ -130,9 +131,9 @@ def load_library(path: Path) -> Callable:
     return _tvm_ffi().load_module(str(path)).get_function("main")
 
 
-def _keep(kernel: Any, folder: Path) -> None:
-    """Put a freshly compiled kernel's library and CUDA source in the store; a store that cannot be
-    written only costs the next process a compile (logged)."""
+def _keep(kernel: Any, folder: Path) -> bool:
+    """Put a freshly compiled kernel's library and CUDA source in the store; whether it is there
+    now. A store that cannot be written only costs the next process a compile (logged)."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
@@ -146,5 +147,7 @@ def _keep(kernel: Any, folder: Path) -> None:
             os.rename(staging, folder)
         except OSError:  # another process kept it first
             shutil.rmtree(staging, ignore_errors=True)
+        return (folder / LIBRARY).is_file()
     except Exception as err:
         log.warning("could not keep compiled program in %s (%s)", folder, err)
+        return False
