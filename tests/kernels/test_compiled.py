@@ -92,9 +92,54 @@ def test_a_damaged_kept_program_is_compiled_again_and_replaced(tmp_path):
 def test_a_loaded_program_still_shows_its_source(tmp_path, monkeypatch):
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
     built = compiled(DECODE, dict(s=SHAPE), "sm90")
+    assert compiled(DECODE, dict(s=SHAPE), "sm90") is built  # once a process
+    monkeypatch.setattr(compiled_module, "PROGRAMS", {})  # as a fresh process finds it
     loaded = compiled(DECODE, dict(s=SHAPE), "sm90")
     assert loaded._kernel is None
     assert loaded.get_kernel_source() == built.get_kernel_source() == (built.folder / SOURCE).read_text()
+
+
+def tma_copy_program(rows: int, cols: int):
+    """A copy through shared memory that TileLang lowers to TMA on sm90: its host code creates the
+    tensor maps through ``__tvm_tensormap_create_tiled``."""
+    import tilelang.language as T
+
+    tokens = T.dynamic("tokens")
+
+    @T.prim_func
+    def tma_copy(a: T.Tensor((tokens, cols), "float16"), b: T.Tensor((tokens, cols), "float16")):
+        with T.Kernel(T.ceildiv(tokens, rows), threads=128) as bx:
+            tile = T.alloc_shared((rows, cols), "float16")
+            T.copy(a[bx * rows:(bx + 1) * rows, :], tile)
+            T.copy(tile, b[bx * rows:(bx + 1) * rows, :])
+    return tma_copy
+
+
+# A fresh process loads a kept library and lists the host functions its code looks up that the
+# global registry lacks.
+REGISTRY = r"""
+import json, re, sys
+from pathlib import Path
+from tileops.kernels.launch.compiled import HOST, LIBRARY, load_library
+import tvm_ffi
+folder = Path({folder!r})
+load_library(folder / LIBRARY)
+names = set(re.findall(r'GetFuncFromEnv\([^,]*, "(__tvm\w+)"', (folder / HOST).read_text()))
+print(json.dumps({{"names": sorted(names), "missing": sorted(n for n in names if tvm_ffi.get_global_func(n, allow_missing=True) is None),
+                  "tilelang": "tilelang" in sys.modules}}))
+"""
+
+
+@needs_nvcc
+def test_the_host_functions_a_kept_program_calls_are_registered_without_tilelang(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    program = compiled("tests.kernels.test_compiled:tma_copy_program", dict(rows=64, cols=64), "sm90")
+    done = subprocess.run([sys.executable, "-c", REGISTRY.format(folder=str(program.folder))], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "__tvm_tensormap_create_tiled" in found["names"] and "__tvm_set_device" in found["names"]
+    assert found["missing"] == [] and not found["tilelang"]
 
 
 def test_every_part_of_a_program_names_it():

@@ -3,8 +3,9 @@
 A program is named by its builder (``module:function`` under ``tileops.kernels``), the builder's
 arguments, the target and the pass configs, and stamped with the kernel package's source and
 TileLang's version. Its first build compiles it with TileLang and keeps the library and its CUDA
-source in the store (``kernels.kept``); a later process finds them there and loads the library
-through tvm-ffi alone, so a warm first call neither imports TileLang nor rebuilds the program's IR.
+and host sources in the store (``kernels.kept``); a later process finds them there and loads the
+library through tvm-ffi and TileLang's native libraries alone, so a warm first call neither
+imports TileLang's Python package nor rebuilds the program's IR.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tileops.kernels.kept import kept_root
 # TileLang is needed to name them.
 DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
 FAST_MATH = "tl.enable_fast_math"
-LIBRARY, SOURCE = "executable.so", "kernel.cu"
+LIBRARY, SOURCE, HOST = "executable.so", "kernel.cu", "host.cu"
 log = logging.getLogger("tileops.kernels")
 
 
@@ -81,10 +82,21 @@ class Program:
         return getattr(self.kernel, name)
 
 
-def compiled(builder: str, args: dict, arch: str, pass_configs: dict = {}) -> Program:  # noqa: B006 - read only
-    """The program ``builder(**args)`` for ``arch``: loaded from the store, else compiled and kept."""
-    folder = kept_root() / "programs" / program_key(builder, args, arch, pass_configs)
+# The programs this process has, by their folder in the store: each is loaded or compiled once.
+PROGRAMS: dict[Path, Program] = {}
 
+
+def compiled(builder: str, args: dict, arch: str, pass_configs: dict = {}) -> Program:  # noqa: B006 - read only
+    """The program ``builder(**args)`` for ``arch``: this process's, else loaded from the store, else
+    compiled and kept."""
+    folder = kept_root() / "programs" / program_key(builder, args, arch, pass_configs)
+    program = PROGRAMS.get(folder)
+    if program is None:
+        program = PROGRAMS[folder] = _load_or_compile(builder, args, arch, pass_configs, folder)
+    return program
+
+
+def _load_or_compile(builder: str, args: dict, arch: str, pass_configs: dict, folder: Path) -> Program:
     def build():
         import tilelang
 
@@ -112,17 +124,23 @@ def entry_point(kernel: Any) -> Callable:
     return (module.jit() if hasattr(module, "jit") else module).get_function("main")
 
 
+# TileLang's native libraries a kept program's host code needs, not its Python package: the CUDA
+# module loader and ``__tvm_set_device`` (the runtime), ``__tvm_tensormap_create_tiled`` (TMA
+# descriptors, in TileLang's own library).
+NATIVE_LIBRARIES = ("libtvm_runtime.so", "libtilelang.so")
+
+
 @functools.lru_cache(maxsize=None)
 def _tvm_ffi():
-    """tvm-ffi with TileLang's runtime library loaded beside it: the library's CUDA module loader and
-    the host functions a kept program's code calls (not TileLang's Python package)."""
+    """tvm-ffi with TileLang's native libraries loaded beside it."""
     import tvm_ffi
 
     spec = importlib.util.find_spec("tilelang")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("TileLang is not installed: its runtime library serves the compiled programs")
-    runtime = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime.so"
-    ctypes.CDLL(str(runtime), mode=os.RTLD_GLOBAL)
+        raise ImportError("TileLang is not installed: its native libraries serve the compiled programs")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "lib"
+    for name in NATIVE_LIBRARIES:
+        ctypes.CDLL(str(folder / name), mode=os.RTLD_GLOBAL | os.RTLD_LAZY)
     return tvm_ffi
 
 
@@ -143,6 +161,7 @@ def _keep(kernel: Any, folder: Path) -> bool:
         else:
             kernel.adapter.get_exportable_executable().export_library(str(staging / LIBRARY))
         (staging / SOURCE).write_text(kernel.get_kernel_source() or "")
+        (staging / HOST).write_text(kernel.get_host_source() or "")
         try:
             os.rename(staging, folder)
         except OSError:  # another process kept it first
