@@ -138,8 +138,8 @@ if [ "$STEP" = decode ] || [ "$STEP" = all ]; then
 fi
 if [ "$STEP" = cold ] || [ "$STEP" = all ]; then
     unset TILEOPS_DB
-    # Each row starts from an empty cache that `tileops-db warm` then fills with every shipped
-    # winner: about 400 s in all on the H200.
+    # Each row starts from an empty cache (its programs compiled and kept: about 22 s for a
+    # prefill), then `tileops-db warm --no-shipped` warms the row's own winner before the warm run.
     timeout 540 python3 -m tileops.cli.bench --op "$OP" --cold-start 2>&1 | tee "$OUT/cold.log"
     python3 -m tileops.cli.bench --overhead 2>&1 | tee -a "$OUT/cold.log"
 fi

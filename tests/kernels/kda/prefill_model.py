@@ -111,29 +111,37 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
     return (tp, m, qo, kx, ks, decay) if delta else (None, m, qo, None, ks, decay)
 
 
+def walk(first, v, bos, eos, state, o=None, *, sequence_end=None, rounding=None):
+    """The chain's walk over tokens bos..eos from ``state`` [HV, K, V]: the state at eos, and the
+    outputs into ``o`` [tokens, HV, V] where given. ``sequence_end``: the sequence's index when eos
+    ends it (its last window then decays by the sequence's row; a walk that stops inside its
+    sequence stops at a window's end, whose own row is the decay)."""
+    tp, m, qo, kx, ks, decay = first
+    windows = -(-qo.shape[1] // C)
+    for w in range(bos // C, -(-eos // C)):
+        t0 = w * C
+        lo, hi = max(bos - t0, 0), min(eos - t0, C)
+        span = slice(t0 + lo, t0 + hi)
+        s16 = rounded(state, rounding)
+        if tp is None:  # no delta rule: Δ is V
+            delta = v[span].transpose(0, 1).to(F64)
+        else:
+            x = rounded(v[span].transpose(0, 1).to(F64) - kx[:, span] @ s16, rounding)
+            delta = rounded(tp[:, span, lo:hi] @ x, rounding)
+        if o is not None:
+            o[span] = (qo[:, span] @ s16 + m[:, span, lo:hi] @ delta).transpose(0, 1)
+        row = windows + sequence_end if sequence_end is not None and eos <= t0 + C else w
+        state = decay[:, row, :, None] * state + ks[:, span].mT @ delta
+    return state
+
+
 def chain(first, v, bounds, initial_state=None, *, rounding=None):
     """Each sequence's walk: (o [tokens, HV, V], final state [N, HV, K, V])."""
-    tp, m, qo, kx, ks, decay = first
-    heads, tokens, dim = qo.shape
-    windows = -(-tokens // C)
+    heads, tokens, dim = first[2].shape
     count = len(bounds) - 1
     o = torch.zeros(tokens, heads, v.shape[-1], dtype=F64)
     final = torch.zeros(count, heads, dim, v.shape[-1], dtype=F64)
     for n in range(count):
-        bos, eos = bounds[n], bounds[n + 1]
         state = torch.zeros(heads, dim, v.shape[-1], dtype=F64) if initial_state is None else initial_state[n].to(F64)
-        for w in range(bos // C, -(-eos // C)):
-            t0 = w * C
-            lo, hi = max(bos - t0, 0), min(eos - t0, C)
-            span = slice(t0 + lo, t0 + hi)
-            s16 = rounded(state, rounding)
-            if tp is None:  # no delta rule: Δ is V
-                delta = v[span].transpose(0, 1).to(F64)
-            else:
-                x = rounded(v[span].transpose(0, 1).to(F64) - kx[:, span] @ s16, rounding)
-                delta = rounded(tp[:, span, lo:hi] @ x, rounding)
-            o[span] = (qo[:, span] @ s16 + m[:, span, lo:hi] @ delta).transpose(0, 1)
-            row = windows + n if eos <= t0 + C else w
-            state = decay[:, row, :, None] * state + ks[:, span].mT @ delta
-        final[n] = state
+        final[n] = walk(first, v, bounds[n], bounds[n + 1], state, o, sequence_end=n, rounding=rounding)
     return o, final
