@@ -275,10 +275,17 @@ def warm(db: Db = None,
                   "machine with nvcc), to fill a compile cache that travels to the GPU machine.")] = None,
          shipped: Annotated[bool, typer.Option(
              help="Also the shipped snapshot's winners for the keys the database lacks.")] = True,
+         prune: Annotated[bool, typer.Option(
+             help="First remove the compiled programs kept for other versions of the kernels or "
+                  "TileLang (they are never loaded by this one).")] = False,
          ) -> None:
     """Compile this device's winners (the database's, then the shipped snapshot's for the keys the
     database lacks) ahead of time, so the first op call does not wait."""
     from tileops.device import current_arch
+    from tileops.kernels.launch.compiled import prune_other_versions
+
+    if prune:
+        out.print(f"removed the kept programs of {prune_other_versions()} other versions")
 
     try:
         from tileops.tuner.warm import compile_winner

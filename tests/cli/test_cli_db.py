@@ -163,6 +163,20 @@ def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_u
     assert compiled == [1.0] and "compiled 1 of 1 winners for cpu" in result.output
 
 
+def test_warm_prunes_the_programs_of_other_versions_when_asked(sqlite_url, tiny_kernel, monkeypatch, tmp_path):
+    from tileops.kernels.launch import compiled
+
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "cache"))
+    older = compiled.version_folder().parent / "older-version"
+    (older / "some-program").mkdir(parents=True)
+    fill(sqlite_url, make_winner(arch="cpu", source_hash=tiny_kernel.source_hash))
+    result = warm_with(monkeypatch, lambda record: None, "--db", sqlite_url)
+    assert result.exit_code == 0 and older.exists()
+    result = warm_with(monkeypatch, lambda record: None, "--db", sqlite_url, "--prune")
+    assert result.exit_code == 0, result.output
+    assert "removed the kept programs of 1 other versions" in result.output and not older.exists()
+
+
 def test_warm_for_another_arch_picks_that_archs_winners(sqlite_url, tiny_kernel, monkeypatch):
     compiled = []
     current = tiny_kernel.source_hash

@@ -14,7 +14,7 @@ import pytest
 from tests.kernels.resources import needs_nvcc
 from tileops.kernels import code_hash
 from tileops.kernels.launch import compiled as compiled_module
-from tileops.kernels.launch.compiled import LIBRARY, SOURCE, compiled, program_key
+from tileops.kernels.launch.compiled import LIBRARY, SOURCE, compiled, program_folder, prune_other_versions
 from tileops.kernels.plans.decode_tile import DecodeShape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def ask_in_fresh_process(cache: Path) -> tuple[str, str]:
 @needs_nvcc
 def test_a_damaged_kept_program_is_compiled_again_and_replaced(tmp_path):
     assert ask_in_fresh_process(tmp_path)[0] == "compiled"
-    (library,) = (tmp_path / "tileops" / "programs").glob(f"*/{LIBRARY}")
+    (library,) = (tmp_path / "tileops" / "programs").glob(f"*/*/{LIBRARY}")
     library.write_bytes(b"not a library")
     outcome, log = ask_in_fresh_process(tmp_path)
     assert outcome == "compiled" and "could not be loaded" in log
@@ -143,20 +143,38 @@ def test_the_host_functions_a_kept_program_calls_are_registered_without_tilelang
 
 
 def test_every_part_of_a_program_names_it():
-    base = program_key(DECODE, dict(s=SHAPE), "sm90", {})
-    others = [program_key(DECODE, dict(s=SHAPE), "sm80", {}),
-              program_key(DECODE, dict(s=SHAPE), "sm90", {compiled_module.FAST_MATH: True}),
-              program_key("tileops.kernels.programs.decode:other", dict(s=SHAPE), "sm90", {}),
-              program_key(DECODE, dict(s=DecodeShape(**dict(SHAPE.__dict__, block_v=64))), "sm90", {}),
-              program_key(DECODE, dict(s=DecodeShape(**dict(SHAPE.__dict__, scale=0.125000001))), "sm90", {})]
+    base = program_folder(DECODE, dict(s=SHAPE), "sm90", {})
+    others = [program_folder(DECODE, dict(s=SHAPE), "sm80", {}),
+              program_folder(DECODE, dict(s=SHAPE), "sm90", {compiled_module.FAST_MATH: True}),
+              program_folder("tileops.kernels.programs.decode:other", dict(s=SHAPE), "sm90", {}),
+              program_folder(DECODE, dict(s=DecodeShape(**dict(SHAPE.__dict__, block_v=64))), "sm90", {}),
+              program_folder(DECODE, dict(s=DecodeShape(**dict(SHAPE.__dict__, scale=0.125000001))), "sm90", {})]
     assert len({base, *others}) == 1 + len(others)
-    assert program_key(DECODE, dict(s=SHAPE), "sm90", {}) == base
+    assert program_folder(DECODE, dict(s=SHAPE), "sm90", {}) == base
 
 
-def test_a_program_kept_under_other_kernel_code_is_not_found(monkeypatch):
-    base = program_key(DECODE, dict(s=SHAPE), "sm90", {})
+def test_a_program_kept_under_other_kernel_code_or_compiler_is_not_found(monkeypatch):
+    base = program_folder(DECODE, dict(s=SHAPE), "sm90", {})
     monkeypatch.setattr(compiled_module, "package_stamp", lambda: "other files")
-    assert program_key(DECODE, dict(s=SHAPE), "sm90", {}) != base
+    edited = program_folder(DECODE, dict(s=SHAPE), "sm90", {})
+    monkeypatch.undo()
+    monkeypatch.setattr(compiled_module, "_tilelang_version", lambda: "0.0.0")
+    assert len({base, edited, program_folder(DECODE, dict(s=SHAPE), "sm90", {})}) == 3
+
+
+def test_pruning_removes_the_programs_of_other_versions_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    current = program_folder(DECODE, dict(s=SHAPE), "sm90", {})
+    monkeypatch.setattr(compiled_module, "package_stamp", lambda: "older files")
+    older = program_folder(DECODE, dict(s=SHAPE), "sm90", {})
+    monkeypatch.undo()
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    for folder in (current, older):
+        folder.mkdir(parents=True)
+        (folder / LIBRARY).write_bytes(b"kept")
+    assert prune_other_versions() == 1
+    assert (current / LIBRARY).exists() and not older.parent.exists()
+    assert prune_other_versions() == 0
 
 
 def test_a_kept_code_hash_is_read_not_parsed_again(tmp_path, monkeypatch):

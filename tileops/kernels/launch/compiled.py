@@ -44,12 +44,27 @@ def _tilelang_version() -> str:
         return "unknown"
 
 
-def program_key(builder: str, args: dict, arch: str, pass_configs: dict) -> str:
-    """The store's name of one program (hex digits): a program kept under other code of the kernel
-    package or another TileLang is never loaded."""
-    text = json.dumps([package_stamp(), _tilelang_version(), builder, repr(sorted(args.items())), compile_target(arch),
-                       sorted(pass_configs.items())])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+def version_folder() -> Path:
+    """The store's folder for the kernel package's current files and this TileLang: a program kept
+    under other code or another compiler is never loaded."""
+    stamp = hashlib.sha256(f"{package_stamp()} {_tilelang_version()}".encode()).hexdigest()[:16]
+    return kept_root() / "programs" / stamp
+
+
+def program_folder(builder: str, args: dict, arch: str, pass_configs: dict) -> Path:
+    """Where one program is kept."""
+    text = json.dumps([builder, repr(sorted(args.items())), compile_target(arch), sorted(pass_configs.items())])
+    return version_folder() / hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def prune_other_versions() -> int:
+    """Remove the programs kept for other versions of the kernel package or TileLang (a process of
+    such a version compiles them again); how many versions were removed."""
+    current = version_folder()
+    others = [folder for folder in current.parent.glob("*") if folder.is_dir() and folder != current]
+    for folder in others:
+        shutil.rmtree(folder, ignore_errors=True)
+    return len(others)
 
 
 class Program:
@@ -89,7 +104,7 @@ PROGRAMS: dict[Path, Program] = {}
 def compiled(builder: str, args: dict, arch: str, pass_configs: dict = {}) -> Program:  # noqa: B006 - read only
     """The program ``builder(**args)`` for ``arch``: this process's, else loaded from the store, else
     compiled and kept."""
-    folder = kept_root() / "programs" / program_key(builder, args, arch, pass_configs)
+    folder = program_folder(builder, args, arch, pass_configs)
     program = PROGRAMS.get(folder)
     if program is None:
         program = PROGRAMS[folder] = _load_or_compile(builder, args, arch, pass_configs, folder)
