@@ -104,12 +104,12 @@ def tma_copy_program(rows: int, cols: int):
     tensor maps through ``__tvm_tensormap_create_tiled``."""
     import tilelang.language as T
 
-    tokens = T.dynamic("tokens")
+    tokens, half = T.dynamic("tokens"), "float16"
 
     @T.prim_func
-    def tma_copy(a: T.Tensor((tokens, cols), "float16"), b: T.Tensor((tokens, cols), "float16")):
+    def tma_copy(a: T.Tensor((tokens, cols), half), b: T.Tensor((tokens, cols), half)):
         with T.Kernel(T.ceildiv(tokens, rows), threads=128) as bx:
-            tile = T.alloc_shared((rows, cols), "float16")
+            tile = T.alloc_shared((rows, cols), half)
             T.copy(a[bx * rows:(bx + 1) * rows, :], tile)
             T.copy(tile, b[bx * rows:(bx + 1) * rows, :])
     return tma_copy
