@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from tileops.db.errors import DatabaseUnreadable
-from tileops.db.location import BUSY_TIMEOUT_S, READ_BUSY_TIMEOUT_S, file_path, file_uri, requested, sqlite_url
+from tileops.db.location import BUSY_TIMEOUT_S, READ_BUSY_TIMEOUT_S, file_uri, located
 
 # A server that accepts a connection and never answers must not hang the caller: connecting
 # (handshake included) gives up after this long, and so does a reader's wait for one reply.
@@ -43,9 +43,7 @@ def resolve_url(db: Optional[str] = None) -> str:
     path to a SQLite file, made absolute. Nothing is created here: a writer's engine creates the
     folders (``make_engine``), so that a reader never fails on a folder it cannot make.
     """
-    value = requested(db)
-    path = file_path(value)
-    return value if path is None else sqlite_url(path)
+    return located(db)[0]
 
 
 def driver_url(url: str) -> URL:

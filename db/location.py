@@ -28,6 +28,13 @@ def file_path(value: str) -> Optional[Path]:
     return None if "://" in value else Path(value).expanduser().absolute()
 
 
+def located(db: Optional[str] = None) -> tuple[str, Optional[Path]]:
+    """The database's URL (a path made a SQLite URL) and, when named by a path, its file."""
+    value = requested(db)
+    path = file_path(value)
+    return (value, None) if path is None else (sqlite_url(path), path)
+
+
 def sqlite_url(path: Path) -> str:
     """The URL of a SQLite file, as SQLAlchemy writes it (``?``, ``#`` and ``%`` escaped). It
     holds no password, so it is also how the file is shown."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 from tileops.db.key import TuningKey
-from tileops.db.location import READ_BUSY_TIMEOUT_S, file_path, requested, sqlite_url
+from tileops.db.location import READ_BUSY_TIMEOUT_S, located
 from tileops.db.schemas import WinnerRecord
 from tileops.db.sqlite_reader import NotServed, SqliteReader
 from tileops.errors import TuningDatabaseWarning, TuningRowWarning
@@ -91,7 +91,7 @@ class UserDatabase:
             return empty
         try:
             if self.url is None:
-                self.url, self._path = self._locate()
+                self.url, self._path = located(self._requested)
             if self._missing():
                 return empty
             return within_deadline(lambda: self._read(read, light))
@@ -100,12 +100,6 @@ class UserDatabase:
             warnings.warn(f"tuning database {self._shown()} cannot be read ({type(err).__name__}: {err}); "
                           "using the shipped snapshot and default configs", TuningDatabaseWarning, stacklevel=4)
             return empty
-
-    def _locate(self) -> tuple[str, Optional[Path]]:
-        """The database's URL, and its file when named by a path (found without SQLAlchemy)."""
-        value = requested(self._requested)
-        path = file_path(value)
-        return (value, None) if path is None else (sqlite_url(path), path)
 
     def _missing(self) -> bool:
         """Whether the database is a SQLite file that does not exist yet: an empty one."""
@@ -119,7 +113,7 @@ class UserDatabase:
     def _shown(self) -> str:
         """The database's name as it may be printed (no password), even when it does not parse."""
         try:
-            url, path = (self.url, self._path) if self.url is not None else self._locate()
+            url, path = (self.url, self._path) if self.url is not None else located(self._requested)
             if path is not None:
                 return url
             from tileops.db.engine import display_url

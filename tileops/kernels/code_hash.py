@@ -139,8 +139,8 @@ def kept_code_hash(roots: Iterable[str], *extra: str) -> str:
     roots = tuple(roots)
     path = kept_root() / "code-hash" / f"{package_stamp()[:32]}.json"
     name = hashlib.sha256("\0".join((*roots, "", *extra)).encode()).hexdigest()[:32]
-    kept = read_json(path)
-    if name not in kept:
-        kept = dict(read_json(path), **{name: code_hash(roots, *extra)})
-        write_json(path, kept)
-    return kept[name]
+    known = read_json(path).get(name)
+    if known is None:
+        known = code_hash(roots, *extra)
+        write_json(path, dict(read_json(path), **{name: known}))  # with what other processes kept meanwhile
+    return known
