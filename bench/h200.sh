@@ -4,7 +4,7 @@
 # from the shipped snapshot, export the sm90 snapshot, run the family's GPU tests (agreement of
 # tuned and default configs included), benchmark against the peers, and measure cold start and
 # host overhead. Everything lands in $OUT (default ./h200-out).
-#   [OP=deltanet|kda|gla] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
+#   [OP=deltanet|kda|gla] [AGREE=0] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
 # TUNE_SETS: the dtype:width pairs to tune (default: the preset's own).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
@@ -109,11 +109,14 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         run_group tests/kernels/decode/test_decode_families_gpu.py &
         timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     fi
-    # Each shipped row compiles a random other config of its key: three processes share the rows.
-    run_group tests/tuner/test_tuned_default_agree.py -k prefill &
-    run_group tests/tuner/test_tuned_default_agree.py -k chunk &
-    run_group tests/tuner/test_tuned_default_agree.py -k "decode or user or fresh" &
-    run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py tests/ops/test_compile.py &
+    # Each shipped row compiles a random other config of its key: three processes share the rows
+    # (AGREE=0: the family's own tests only).
+    if [ "${AGREE:-1}" = 1 ]; then
+        run_group tests/tuner/test_tuned_default_agree.py -k prefill &
+        run_group tests/tuner/test_tuned_default_agree.py -k chunk &
+        run_group tests/tuner/test_tuned_default_agree.py -k "decode or user or fresh" &
+        run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py tests/ops/test_compile.py &
+    fi
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT"/prefill-errors.log 2>/dev/null
     # One archive of the logs, so that few files come back.

@@ -114,7 +114,7 @@ def fla_runner(case: dict, x: dict):
         args, extra = (x["q"], x["k"], x["v"], x["g"], x["beta"]), {}
     elif case["op"] == "gla":
         from fla.ops.gla import chunk_gla as chunk, fused_recurrent_gla as step
-        args, extra = (x["q"], x["k"], x["v"]), dict(gk=x["g"])
+        args, extra = (x["q"], x["k"], x["v"], x["g"]), {}  # the chunked form names it g, the recurrence gk
     else:
         from fla.ops.delta_rule import chunk_delta_rule as chunk, fused_recurrent_delta_rule as step
         args, extra = (x["q"], x["k"], x["v"], x["beta"]), {}

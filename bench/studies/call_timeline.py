@@ -1,6 +1,7 @@
 """Device script: where one op call's time goes, kernel by kernel.
 
     python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark]
+    ncu -k regex:NAME --launch-skip 1 --launch-count 1 ... python bench/studies/call_timeline.py --op kda --profile
 
 For each benchmark row of the op (ours, dispatch's default): the call timed by the tuner's
 protocol (CUDA events after an L2 flush), the same call replayed from a CUDA graph (no host
@@ -90,6 +91,8 @@ def main() -> None:
     parser.add_argument("--op", default="deltanet")
     parser.add_argument("--rows", default="prefill")
     parser.add_argument("--gates", default="benchmark")
+    parser.add_argument("--profile", action="store_true", help="Only call the first row twice (compile, then the "
+                                                                "call a profiler skips to), and stop.")
     args = parser.parse_args()
     for case in bench_rows(args.op, args.rows):
         if case.entry == "train":
@@ -97,6 +100,10 @@ def main() -> None:
         op, inputs = make_op(case), make_inputs(case, seed=0, gates=args.gates)
         call = lambda: op(*inputs)  # noqa: E731
         call()
+        if args.profile:
+            call()
+            torch.cuda.synchronize()
+            return
         protocol = time_cuda(call).median_ms
         replay = time_cuda(graphed(call)).median_ms
         print(f"\n{case.label} ({args.gates} gates): protocol {protocol:.4f} ms, CUDA-graph replay {replay:.4f} ms, "

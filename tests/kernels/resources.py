@@ -17,6 +17,9 @@ import pytest
 
 from tileops.kernels.hardware import REGISTERS, SMEM_BYTES
 
+SM_SMEM_BYTES = 228 * 1024  # shared memory of one sm90 SM, which its resident blocks share
+BLOCK_SMEM_RESERVED = 1024  # what the hardware keeps of it for each resident block
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is needed to compile for sm_90a")
 MAX_THREAD_REGISTERS = 255
 
@@ -75,9 +78,17 @@ def ptxas_usage(kernel) -> dict[str, Usage]:
     return _ptxas(kernel.get_kernel_source(), str(kernel.target.attrs["arch"]), fast_math)
 
 
+def _tirx():
+    """TVM's TIR module, which TileLang's import puts on the path (a kept program loads without it)."""
+    import tilelang  # noqa: F401
+    from tvm import tirx
+
+    return tirx
+
+
 def block_threads(kernel) -> int:
     """The threads of one block of the program: the extents of its threadIdx bindings."""
-    from tvm import tirx
+    tirx = _tirx()
 
     extents = {}
 
@@ -112,8 +123,17 @@ def assert_fits_an_sm(kernel, dynamic_smem: int = 0, spills: bool = False) -> Us
 
 def runtime_dims(kernel) -> set[str]:
     """The names of the run-time (symbolic) extents of the program's tensors."""
-    from tvm import tirx
+    tirx = _tirx()
 
     func = kernel.prim_func
     return {d.name for p in func.params if p in func.buffer_map for d in func.buffer_map[p].shape
             if isinstance(d, tirx.Var)}
+
+
+def blocks_per_sm(kernel) -> int:
+    """How many blocks of the program one SM holds at once, by its shared memory and registers."""
+    threads = block_threads(kernel)
+    (usage,) = ptxas_usage(kernel).values()
+    by_smem = SM_SMEM_BYTES // (usage.smem + launch_smem(kernel) + BLOCK_SMEM_RESERVED)
+    return min(by_smem, REGISTERS // (usage.registers * threads))
+

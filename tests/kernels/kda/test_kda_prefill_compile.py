@@ -12,7 +12,7 @@ from tileops import dispatch
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
 from tileops.kernels.kda.prefill import KERNEL
-from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
+from tests.kernels.resources import assert_fits_an_sm, blocks_per_sm, launch_smem, needs_nvcc, runtime_dims
 
 
 def spec(mode: str = "prefill", dtype: torch.dtype = torch.bfloat16, heads: int = 32, value_heads: int = 32,
@@ -73,3 +73,11 @@ def test_both_passes_compile_for_sm90a(call, config):
         assert "tokens" in runtime_dims(program)  # lengths and counts are run-time values
         assert_fits_an_sm(program, launch_smem(program))
     assert "decay" in launcher.prep.get_kernel_source() and "ku" in launcher.chain.get_kernel_source()
+
+
+@needs_nvcc
+def test_two_first_passes_share_an_sm():
+    """The first pass is latency-bound: a second block on the SM hides what one block waits for.
+    At K = 128 its q, k and γ tiles, the products' operands and the solve's must fit half an SM."""
+    assert blocks_per_sm(KERNEL.build(ChannelPrefillConfig(), spec()).prep) >= 2
+

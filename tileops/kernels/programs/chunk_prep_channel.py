@@ -18,8 +18,8 @@ The gated products (docs/kda-gated-products.md): the 16-row blocks I > 0 meet th
 them through one tensor-core product each, of K ⊙ e^{γ − γ_r} (block I's rows, r its first) and
 K ⊙ e^{γ_r − γ} (the rows before r), every factor at most 1, in fp16; a factor whose row lies in
 another sequence than r is zero, so no pair crosses a sequence. Inside a block the pairs are
-formed one by one in fp32, exact whatever the decays (a reference inside the block would bound
-its factors only under a bounded gate).
+formed one by one in fp32, the lower triangle only, exact whatever the decays (a reference inside
+the block would bound its factors only under a bounded gate).
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -28,10 +28,15 @@ from tileops.kernels.blocks.entry import Sequences, kernel_entry
 from tileops.kernels.blocks.solve_tril import upper_clear, wy_solve
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR, channel_gate_transform, row_rnorm
 from tileops.kernels.blocks.wy_merge import BLOCK, SCRATCH_LD, SOURCE
-from tileops.kernels.hardware import WARPGROUP
+from tileops.kernels.hardware import WARP, WARPGROUP
 from tileops.kernels.plans.tiles import PAD, ROW_PAD
 
-PAIRS = BLOCK // 2  # the pairs of a block row one thread forms: two threads a row
+SLOTS = BLOCK - 1  # the pairs below the diagonal of a block's rows p and 15 − p, formed by one thread
+QUARTERS = 4  # threads sharing those rows, a quarter of the channels each
+SKEW = 8  # the quarters walk their channels from offsets SKEW apart, so that a warp's loads of γ
+# and k meet few bank conflicts (1.4 ways on average, against 3.5 with interleaved channels)
+ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
+# that a warp reads in one channel in 16 banks
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
@@ -49,6 +54,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     assert C == 4 * BLOCK and K <= WARPGROUP, "four 16-row blocks a chunk; a thread per key channel"
+    assert QUARTERS * BLOCK // 2 == WARP and C // BLOCK * WARP == WARPGROUP, "a warp a block, a lane a quarter row pair"
     group = HV // H
     accum, operand = "float32", "float16"
     tokens = T.dynamic("tokens")
@@ -109,8 +115,12 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                     b_s[tx] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
                 else:
                     b_s[tx] = raw_b
-        for c, i in T.Parallel(K, C):
-            raw = g[T.min(t0 + i, tokens - 1), hv, c]
+        # All loads at once into registers: loaded inside the loop below, each load sat under the
+        # row's test and was waited on in turn.
+        g_f = T.alloc_fragment([C, K], accum)
+        T.copy(g[t0:t0 + C, hv, :], g_f)
+        for i, c in T.Parallel(C, K):
+            raw = g_f[i, c]
             log_decay = channel_gate_transform(raw + dt_bias[hv * K + c], a_log[hv], lower_bound) if gate_in_kernel else raw
             gam_s[c, i] = T.if_then_else(seg_s[i] >= 0, T.max(log_decay, LOG_DECAY_FLOOR), 0.0)
 
@@ -130,70 +140,103 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             decay[hv, w, tx] = T.exp(gam_s[tx, T.min(tokens - w * C, C) - 1])
 
     @T.macro
-    def block_pairs(qt_s, kt_s, gam_s, a_s, d_s, tx):
-        """The pairs inside each 16-row block, one by one in fp32: Σ_c k_ic k_jc e^{γ_ic − γ_jc}
-        into ``a_s`` and Σ_c q_ic k_jc e^{γ_ic − γ_jc} into ``d_s`` (every entry of the block; the
-        caller keeps j ≤ i of one sequence). Two threads a row, PAIRS columns each."""
-        acc_a = T.alloc_local([PAIRS], accum)
-        acc_m = T.alloc_local([PAIRS], accum)
-        i = tx // 2
-        base = i // BLOCK * BLOCK + tx % 2
-        for u in T.unroll(PAIRS, explicit=True):
-            acc_a[u] = 0.0
+    def block_pairs(q_s, k_s, gam_s, a_s, d_s, tx):
+        """The pairs inside each 16-row block, one by one in fp32, the lower triangle only:
+        Σ_c k_ic k_jc e^{γ_ic − γ_jc} into ``a_s`` (j < i) and Σ_c q_ic k_jc e^{γ_ic − γ_jc} into
+        ``d_s`` (j ≤ i; the caller keeps the pairs of one sequence). Rows p and 15 − p of a block
+        hold p + (15 − p) pairs below the diagonal, so every thread forms the same SLOTS of them,
+        over a quarter of the channels; shuffles sum the quarters. A warp takes one block, its
+        lanes the eight row pairs times the four quarters."""
+        acc_a = T.alloc_local([SLOTS], accum)
+        acc_m = T.alloc_local([SLOTS + 2], accum)  # and the two rows' diagonal entries
+        quarter = tx % QUARTERS
+        blk = tx // WARP
+        p = tx % WARP // QUARTERS
+        lo = blk * BLOCK + p
+        hi = blk * BLOCK + BLOCK - 1 - p
+        for u in T.unroll(SLOTS + 2, explicit=True):
             acc_m[u] = 0.0
-        for c in T.serial(K):
-            gi = gam_s[c, i]
-            ki = T.cast(kt_s[c, i], accum)
-            qi = T.cast(qt_s[c, i], accum)
-            for u in T.unroll(PAIRS, explicit=True):
-                # Above the diagonal or across sequences the exponent may be large: those entries
-                # are dropped by the caller, never multiplied by a kept one.
-                kj = T.cast(kt_s[c, base + 2 * u], accum) * T.exp(gi - gam_s[c, base + 2 * u])
+        if delta:
+            for u in T.unroll(SLOTS, explicit=True):
+                acc_a[u] = 0.0
+        for m in T.serial(K // QUARTERS):
+            c = quarter * (K // QUARTERS) + (m + SKEW * quarter) % (K // QUARTERS)
+            g_lo = gam_s[c, lo]
+            g_hi = gam_s[c, hi]
+            k_lo = T.cast(k_s[lo, c], accum)
+            k_hi = T.cast(k_s[hi, c], accum)
+            q_lo = T.cast(q_s[lo, c], accum)
+            q_hi = T.cast(q_s[hi, c], accum)
+            acc_m[SLOTS] = acc_m[SLOTS] + q_lo * k_lo
+            acc_m[SLOTS + 1] = acc_m[SLOTS + 1] + q_hi * k_hi
+            for u in T.unroll(SLOTS, explicit=True):  # slot u: row lo's column u, or row hi's column u − p
+                first = u < p
+                j = blk * BLOCK + T.if_then_else(first, u, u - p)
+                # Across sequences the exponent may be large: the caller drops those entries.
+                kj = T.cast(k_s[j, c], accum) * T.exp(T.if_then_else(first, g_lo, g_hi) - gam_s[c, j])
                 if delta:
-                    acc_a[u] = acc_a[u] + ki * kj
-                acc_m[u] = acc_m[u] + qi * kj
-        for u in T.unroll(PAIRS, explicit=True):
-            if delta:
-                a_s[i, base + 2 * u] = acc_a[u]
-            d_s[i, base + 2 * u] = acc_m[u]
+                    acc_a[u] = acc_a[u] + T.if_then_else(first, k_lo, k_hi) * kj
+                acc_m[u] = acc_m[u] + T.if_then_else(first, q_lo, q_hi) * kj
+        for u in T.unroll(SLOTS + 2, explicit=True):
+            for d in T.unroll(2, explicit=True):
+                acc_m[u] = acc_m[u] + T.shfl_xor(acc_m[u], 1 << d)
+        if delta:
+            for u in T.unroll(SLOTS, explicit=True):
+                for d in T.unroll(2, explicit=True):
+                    acc_a[u] = acc_a[u] + T.shfl_xor(acc_a[u], 1 << d)
+        for u in T.unroll(SLOTS, explicit=True):
+            if u % QUARTERS == quarter:
+                first = u < p
+                i = T.if_then_else(first, lo, hi)
+                j = blk * BLOCK + T.if_then_else(first, u, u - p)
+                if delta:
+                    a_s[i, j] = acc_a[u]
+                d_s[i, j] = acc_m[u]
+        if quarter == 0:
+            d_s[lo, lo] = acc_m[SLOTS]
+            d_s[hi, hi] = acc_m[SLOTS + 1]
 
     @T.macro
-    def earlier_blocks(q_s, k_s, gam_s, seg_s, lq_s, lk_s, rk_s, a_f, m_f):
+    def fold(x_s, gam_s, seg_s, left_s, blk):
+        """Block ``blk``'s rows of x (of r's sequence) times e^{γ − γ_r} into ``left_s``, zeros elsewhere."""
+        r = blk * BLOCK
+        for i, c in T.Parallel(C, K):
+            own = i // BLOCK == blk and seg_s[i] == seg_s[r]
+            left_s[i, c] = T.cast(T.if_then_else(own, T.cast(x_s[i, c], accum) * T.exp(gam_s[c, i] - gam_s[c, r]), 0.0),
+                                  operand)
+
+    @T.macro
+    def earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f):
         """Each block's rows against the rows before it, about its first row: K Kᵀ into ``a_f``
-        and Q Kᵀ into ``m_f`` (zero on and above the diagonal blocks)."""
+        and Q Kᵀ into ``m_f`` (zero on and above the diagonal blocks). One left operand tile
+        serves K's product, then Q's; each factor is formed only where it is kept, where it is at
+        most 1 (elsewhere the exponent may overflow)."""
         for blk in range(1, C // BLOCK):  # traced once per block: r and the first product's clear are constants
             r = blk * BLOCK
             for i, c in T.Parallel(C, K):
-                own = i // BLOCK == blk and seg_s[i] == seg_s[r]
                 before = i < r and seg_s[i] == seg_s[r]
-                # At most 1 where kept; where dropped they may overflow, and are never multiplied.
-                down = T.exp(gam_s[c, i] - gam_s[c, r])
-                up = T.exp(gam_s[c, r] - gam_s[c, i])
-                if delta:
-                    lk_s[i, c] = T.cast(T.if_then_else(own, T.cast(k_s[i, c], accum) * down, 0.0), operand)
-                lq_s[i, c] = T.cast(T.if_then_else(own, T.cast(q_s[i, c], accum) * down, 0.0), operand)
-                rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * up, 0.0), operand)
+                rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * T.exp(gam_s[c, r] - gam_s[c, i]),
+                                                   0.0), operand)
             if delta:
-                T.gemm(lk_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
-            T.gemm(lq_s, rk_s, m_f, transpose_B=True, clear_accum=blk == 1)
+                fold(k_s, gam_s, seg_s, left_s, blk)
+                T.gemm(left_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
+            fold(q_s, gam_s, seg_s, left_s, blk)
+            T.gemm(left_s, rk_s, m_f, transpose_B=True, clear_accum=blk == 1)
 
     @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, qo, kx, ks, decay, hv, w):
         h = hv // group
         t0 = w * C
-        q_s = T.alloc_shared([C, K], dtype)
-        k_s = T.alloc_shared([C, K], dtype)
-        qt_s = T.alloc_shared([K, C], dtype)
-        kt_s = T.alloc_shared([K, C], dtype)
+        q_s = T.alloc_shared([C, K + ODD_ROW], dtype)
+        k_s = T.alloc_shared([C, K + ODD_ROW], dtype)
         gam_s = T.alloc_shared([K, C + 1], accum)  # γ by channel: a thread's scan down a row hits its own bank
-        lq_s = T.alloc_shared([C, K], operand)
+        left_s = T.alloc_shared([C, K], operand)
         rk_s = T.alloc_shared([C, K], operand)
         m_f = T.alloc_fragment([C, C], accum)
         d_s = T.alloc_shared([C, C + PAD], accum)
         m_s = T.alloc_shared([C, C + ROW_PAD], dtype)
-        lk_s = a_f = a_s = w_s = b_s = None  # the delta rule's A, its solve and β
+        a_f = a_s = w_s = b_s = None  # the delta rule's A, its solve and β
         if delta:
-            lk_s = T.alloc_shared([C, K], operand)
             a_f = T.alloc_fragment([C, C], accum)
             a_s = T.alloc_shared([C, C + PAD], accum)
             w_s = T.alloc_shared([4 * BLOCK, SCRATCH_LD], accum)
@@ -206,22 +249,19 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         last_s = T.alloc_shared([C], "int32")
         tx = T.get_thread_binding()
 
-        T.copy(k[t0:t0 + C, h, :], k_s)
-        T.copy(q[t0:t0 + C, h, :], q_s)
+        T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
+        T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
         rows(g, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx)
         if l2norm:
-            rnorm(k_s, rk_n)
-            rnorm(q_s, rq_n)
+            rnorm(k_s[0:C, 0:K], rk_n)
+            rnorm(q_s[0:C, 0:K], rq_n)
         else:
             for i in T.Parallel(C):
                 rk_n[i] = 1.0
                 rq_n[i] = 1.0
-        for c, i in T.Parallel(K, C):
-            kt_s[c, i] = k_s[i, c]
-            qt_s[c, i] = q_s[i, c]
         scan(gam_s, beg_s, last_s, decay, hv, w, tx)
-        earlier_blocks(q_s, k_s, gam_s, seg_s, lq_s, lk_s, rk_s, a_f, m_f)
-        block_pairs(qt_s, kt_s, gam_s, a_s, d_s, tx)
+        earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f)
+        block_pairs(q_s, k_s, gam_s, a_s, d_s, tx)
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
             inner = i // BLOCK == j // BLOCK  # outside the diagonal blocks a_s and d_s hold nothing
@@ -234,12 +274,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
-        if delta:
-            clear(d_s)
-            solve(a_s, d_s, w_s, tx)
-            for i, j in T.Parallel(C, C):
-                if t0 + i < tokens:
-                    tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
+        # Before the solve, so that its scratch may take the q, k and γ tiles' place.
         for i, c in T.Parallel(C, K):
             if t0 + i < tokens:
                 from_start = T.exp(gam_s[c, i])
@@ -247,6 +282,12 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 if delta:
                     kx[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * from_start
                 ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp(gam_s[c, end_s[i]] - gam_s[c, i])
+        if delta:
+            clear(d_s)
+            solve(a_s, d_s, w_s, tx)
+            for i, j in T.Parallel(C, C):
+                if t0 + i < tokens:
+                    tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
 
     @T.macro
     def grid(q, k, g, beta, a_log, dt_bias, tp, m_out, qo, kx, ks, decay, seqs):
