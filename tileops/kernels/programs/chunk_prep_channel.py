@@ -198,25 +198,32 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
 
     @T.macro
     def fold(x_s, gam_s, seg_s, left_s, blk):
-        """Block ``blk``'s rows of x (of r's sequence) times e^{γ − γ_r} into ``left_s``, zeros elsewhere."""
+        """Block ``blk``'s rows of x (of r's sequence) times e^{γ − γ_r} into its rows of ``left_s``."""
         r = blk * BLOCK
-        for i, c in T.Parallel(C, K):
-            own = i // BLOCK == blk and seg_s[i] == seg_s[r]
-            left_s[i, c] = T.cast(T.if_then_else(own, T.cast(x_s[i, c], accum) * T.exp(gam_s[c, i] - gam_s[c, r]), 0.0),
-                                  operand)
+        for i, c in T.Parallel(BLOCK, K):
+            own = seg_s[r + i] == seg_s[r]
+            left_s[r + i, c] = T.cast(T.if_then_else(own, T.cast(x_s[r + i, c], accum) * T.exp(gam_s[c, r + i] - gam_s[c, r]),
+                                                     0.0), operand)
 
     @T.macro
     def earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f):
         """Each block's rows against the rows before it, about its first row: K Kᵀ into ``a_f``
         and Q Kᵀ into ``m_f`` (zero on and above the diagonal blocks). One left operand tile
         serves K's product, then Q's; each factor is formed only where it is kept, where it is at
-        most 1 (elsewhere the exponent may overflow)."""
+        most 1 (elsewhere the exponent may overflow). Only the rows that hold something are
+        written: the rows before r on the right (those after it stay zero), block I's on the left
+        (the block before it zeroed)."""
+        T.clear(left_s)
+        T.clear(rk_s)
         for blk in range(1, C // BLOCK):  # traced once per block: r and the first product's clear are constants
             r = blk * BLOCK
-            for i, c in T.Parallel(C, K):
-                before = i < r and seg_s[i] == seg_s[r]
+            for i, c in T.Parallel(r, K):
+                before = seg_s[i] == seg_s[r]
                 rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * T.exp(gam_s[c, r] - gam_s[c, i]),
                                                    0.0), operand)
+            if blk > 1:
+                for i, c in T.Parallel(BLOCK, K):
+                    left_s[r - BLOCK + i, c] = T.cast(0.0, operand)
             if delta:
                 fold(k_s, gam_s, seg_s, left_s, blk)
                 T.gemm(left_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
