@@ -100,6 +100,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
             run_group tests/kernels/gla/test_gla_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &
+        run_group tests/kernels/gla/test_gla_chunk_fwd_gpu.py &
     else
         run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
         run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &

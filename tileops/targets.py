@@ -38,6 +38,7 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "KDAFwdOp": ("tl.kda_decode", "tl.kda_prefill"),
     "GLAFwdOp": ("tl.gla_decode", "tl.gla_prefill"),
     "GLARecurrentFwdOp": ("tl.gla_decode",),
+    "GLAChunkFwdOp": ("tl.gla_chunk_fwd",),
 }
 
 _EXTERNAL: dict[tuple[str, str], Callable] = {}

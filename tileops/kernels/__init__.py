@@ -52,6 +52,8 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   ``programs.decode``, ``launch.decode``). ``kda/prefill.py`` and ``gla/prefill.py``
   (``tl.kda_prefill`` with the delta rule, ``tl.gla_prefill`` without) register the per-channel
   prefill, ``channel_prefill_kernel`` (``launch.chunked_channel``: ``programs.chunk_prep_channel``'s
-  per-channel gated products, then ``chain_value`` under ``chunk_h``'s per-channel walk). GLA's
-  chunked training ops are served by ``reference_kernels``.
+  per-channel gated products, then ``chain_value`` under ``chunk_h``'s per-channel walk).
+  ``gla/chunk_fwd.py`` (``tl.gla_chunk_fwd``) is GLA's prefill whose chain also stores the state
+  at every chunk boundary, the chunked training forward; its backward is served by
+  ``reference_kernels``.
 """

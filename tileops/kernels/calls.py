@@ -27,7 +27,7 @@ def shape_problem(kernel: str, spec: CallSpec) -> Optional[str]:
 def training_problem(kernel: str, spec: CallSpec, mode: str, entry: str, chunk: int) -> Optional[str]:
     """Why ``kernel``, built for sm90 and the chunked training op ``entry`` (call mode ``mode``), cannot
     serve ``spec``, or None: it takes ``chunk``-token chunks, and sequences of whole chunks (the
-    op's Aw and Au hold each chunk's inverse in the chunk's own columns)."""
+    op's per-chunk outputs, DeltaNet's inverses or GLA's states, are each chunk's own)."""
     if spec.device.type != "cuda":
         return f"{kernel} runs on CUDA devices; this call is on {spec.device.type}"
     if spec.arch != "sm90":
@@ -40,6 +40,6 @@ def training_problem(kernel: str, spec: CallSpec, mode: str, entry: str, chunk: 
     if spec.flag("chunk_size") != chunk:
         return f"{kernel} takes chunk_size={chunk}, not {spec.flag('chunk_size')}"
     if spec.tokens % chunk:
-        return (f"{kernel} takes sequences of a whole number of {chunk}-token chunks (S={spec.tokens} is not); "
+        return (f"{kernel} takes sequences of a whole number of {chunk}-token chunks ({spec.tokens} tokens is not); "
                 f"a cut last chunk goes to the reference")
     return None

@@ -28,29 +28,34 @@ def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = Tru
     return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
-def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
-    """The value-major state pass for ``spec`` under one decay per key channel, with its products' waits."""
+def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True, boundaries: bool = False) -> Program:
+    """The value-major state pass for ``spec`` under one decay per key channel, with its products'
+    waits (``boundaries``: storing the state at every chunk boundary too)."""
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                 chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
                 sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
                 threads=2 * config.block_v, num_stages=config.num_stages, issue=config.walk_issue, channel=True,
-                delta=delta)
+                delta=delta, boundaries=boundaries)
     return compiled("tileops.kernels.programs.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
 
 
 class ChannelPrefillLauncher:
     """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``, g
     [B, T, HV, K]; A_log [HV] and dt_bias [HV · K] or [HV, K] (zeros where absent). Without
-    ``delta`` beta, A_log and dt_bias are not read."""
+    ``delta`` beta, A_log and dt_bias are not read. With ``boundaries`` (equal lengths) it returns
+    (o, final, h), h [B, ceil(T / C) + 1, HV, K, V] the state entering each chunk, then the final
+    one."""
 
-    def __init__(self, config: KernelConfig, spec: CallSpec, delta: bool = True):
+    def __init__(self, config: KernelConfig, spec: CallSpec, delta: bool = True, boundaries: bool = False):
         self.config = config
         self.spec = spec
         self.delta = delta
+        self.boundaries = boundaries
         self.varlen = spec.mode == "varlen"
+        assert not (boundaries and self.varlen), "boundary states for equal lengths only"
         self.value_first = bool(spec.flag("state_v_first", False))
         self.prep = compile_channel_prep(config, spec, delta)
-        self.chain = compile_channel_chain(config, spec, delta)
+        self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
 
@@ -89,7 +94,11 @@ class ChannelPrefillLauncher:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
             self.prep(*first, bounds, *firsts)
             self.chain(*walk, bounds, flat_o, final, has_init)
-        else:
-            self.prep(*first, *firsts, T)
+            return o, final
+        self.prep(*first, *firsts, T)
+        if not self.boundaries:
             self.chain(*walk, flat_o, final, T, has_init)
-        return o, final
+            return o, final
+        h = torch.empty(B, -(-T // C) + 1, HV, K, V, dtype=torch.float32, device=q.device)
+        self.chain(*walk, flat_o, final, h, T, has_init)
+        return o, final, h

@@ -7,13 +7,14 @@ from tileops.kernels.blocks.entry import Sequences, kernel_entry
 
 def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                  block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                 boundaries: bool = False, channel: bool = False, delta: bool = True):
+                 boundaries: bool = False, chunk_major: bool = False, channel: bool = False, delta: bool = True):
     """The prim_func that runs ``run_chain`` (a ``T.macro`` taking q, k, ku, v, tp, m, f, h0, o, ht, hs
     and the CTA's sequence n, value head hv, V tile bv, token bounds bos..eos and has_init), for
     ``equal`` or ``packed`` sequences (``blocks.entry``). Without an initial state, pass any tensor
     of the state's shape as ``h0`` (it is not read). ``boundaries``: one more output, ``hs``
     [N, HV, chunks + 1, K, V] in fp32, the state at every chunk boundary of each sequence (its
-    windows' starts, then its end); else ``hs`` is None. Grid: (V / block_v, HV, N).
+    windows' starts, then its end), or [N, chunks + 1, HV, K, V] with ``chunk_major`` (BTHD's
+    order); else ``hs`` is None. Grid: (V / block_v, HV, N).
 
     ``channel`` (one decay per key channel, ``chunk_prep_channel``'s outputs): q, k and ku are Q_o,
     K_x and K_s [HV, tokens, K] and f the segments' decays [HV, W + N, K]; else ku is None.
@@ -38,7 +39,9 @@ def chain_kernel(run_chain, *, heads: int, value_heads: int, dim_k: int, dim_v: 
         inputs = [arg for arg in inputs if arg[0] not in ("k", "tp")]
     outputs = [("o", T.Tensor([tokens, HV, V], dtype)), ("ht", T.Tensor(state_shape, accum))]
     if boundaries:
-        outputs.append(("hs", T.Tensor([seqs.nseq, HV, T.dynamic("bounds"), K, V], accum)))
+        bounds = T.dynamic("bounds")
+        outputs.append(("hs", T.Tensor([seqs.nseq, bounds, HV, K, V] if chunk_major else [seqs.nseq, HV, bounds, K, V],
+                                       accum)))
 
     @T.macro
     def grid(q, k, ku, v, tp, m, f, h0, o, ht, hs, seqs):

@@ -5,6 +5,9 @@ by ``chunk_h.walk_step`` (every product takes its left operand from registers; o
 goes through shared memory), with T', M and the row factors of the first pass. One warpgroup
 per 64 value rows. Under one decay per key channel (``channel``) it reads the first pass's decayed
 keys and queries and each segment's decay instead of q, k and the row factors (``chunk_h``).
+With ``boundaries`` it also stores the state entering each window, then the final one, key-major
+in BTHD's order (``chain.chain_kernel``'s ``chunk_major``): the per-chunk states of GLA's
+chunked training forward.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -18,13 +21,15 @@ from tileops.kernels.programs.chain import chain_kernel
 
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
-                  num_stages: int, issue: str = "serial", channel: bool = False, delta: bool = True):
+                  num_stages: int, issue: str = "serial", channel: bool = False, delta: bool = True,
+                  boundaries: bool = False):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
     Arguments and grid: ``chain.chain_kernel`` (with its ``channel``), with ``threads`` one warpgroup
     per 64 of the ``block_v`` value rows. ``issue``: how the walk's products wait (``walk_step``).
     """
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
+    assert not (boundaries and state_v_first), "boundary states are stored key-major"
     assert threads == 128 * BV // WARPGROUP_ROWS, "one warpgroup per 64 value rows"
     group = HV // H
     accum = "float32"
@@ -34,7 +39,13 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
     @T.macro
-    def run_chain(q, k, ku, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):  # hs: no boundary states
+    def store_boundary(hs, s_f, n, c, hv, v0):
+        """Sᵀ (the tile's value rows) into boundary c of sequence n, key-major."""
+        for i, j in T.Parallel(BV, K):
+            hs[n, c, hv, j, v0 + i] = s_f[i, j]
+
+    @T.macro
+    def run_chain(q, k, ku, v, tp, m, f, h0, o, ht, hs, n, hv, bv, bos, eos, has_init):
         h = hv // group
         v0 = bv * BV
         # One stage of the tiles walk_step reads (the pipeline adds its own).
@@ -66,14 +77,17 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                            f_s[0, :, :], t0, h, hv, v0)
             lo = T.max(bos - t0, 0)
             hi = T.min(eos - t0, C)
-
+            if boundaries:
+                store_boundary(hs, s_f, n, c, hv, v0)
             if channel:
                 step(q_s, k_s, ku_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
             else:
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
             store_output(o_f, o_s, 0, o, t0, hv, v0, lo, hi)
         store_state(ht, s_f, n, hv, v0)
+        if boundaries:
+            store_boundary(hs, s_f, n, windows, hv, v0)
 
     return chain_kernel(run_chain, heads=H, value_heads=HV, dim_k=K, dim_v=V, chunk=C, block_v=BV, dtype=dtype,
                         sequences=sequences, state_v_first=state_v_first, threads=threads, channel=channel,
-                        delta=delta)
+                        delta=delta, boundaries=boundaries, chunk_major=boundaries)
