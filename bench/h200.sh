@@ -96,7 +96,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "kda or KDA" &
     elif [ "$OP" = gla ]; then
-        for k in "k128-equal or no-state" "packed" "strongest or weak" "thousand" "knob"; do
+        for k in "k128-equal or no-state" "packed" "strongest or weak" "thousand" "knob" "cut"; do
             run_group tests/kernels/gla/test_gla_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &
@@ -128,7 +128,7 @@ if [ "$STEP" = bench ] || [ "$STEP" = all ]; then
     # The peers' compiles (TileOPs through TileLang, FLA through Triton) land in the same folder,
     # which comes back packed: carried as .tlcache.tar.xz, it spares the next run their compiles.
     export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-$PWD/.tlcache} TRITON_CACHE_DIR=$PWD/.tlcache/triton
-    python3 -m tileops.cli.db warm 2>&1 | tail -n 2 | tee "$OUT/bench.log"  # shipped winners into the cache
+    python3 -m tileops.cli.db warm --op "$OP" 2>&1 | tail -n 2 | tee "$OUT/bench.log"  # the family's shipped winners into the cache
     timeout 540 python3 -m tileops.cli.bench --op "$OP" --out "$OUT" --peer-timeout 240 2>&1 | tee -a "$OUT/bench.log"
     tar cJf "$OUT/tlcache.tar.xz" -C "$TILELANG_CACHE_DIR/.." "$(basename "$TILELANG_CACHE_DIR")"
 fi

@@ -99,7 +99,7 @@ def main_command(
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
     overhead: bool = typer.Option(False, help="Only print the host µs that dispatch adds per call."),
     replot: Optional[Path] = typer.Option(None, help="Render the table and plot of an earlier results.json."),
-    peer_timeout: float = typer.Option(900.0, help="Seconds each peer may run (compiles included)."),
+    peer_timeout: float = typer.Option(900.0, help="Seconds each peer may run: its first calls (compiles, run beside the other peer's), then its timings (alone)."),
     cold_start: bool = typer.Option(False, help="Only measure first-call seconds: with an empty compile "
                                                 "cache, then after `tileops-db warm` (the first row of each "
                                                 "kind --rows names)."),

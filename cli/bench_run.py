@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -22,57 +24,128 @@ PEERS = ("fla", "tileops")
 PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")
 
 
-def time_ours(case: Case, gates: str = "benchmark") -> dict:
+def first_call(case: Case, gates: str = "benchmark") -> tuple[Callable[[], object], float]:
     """Our op on one row (a training row: the chunked forward and then the backward on what it
-    saved, timed as one call): first-call seconds (compile or cache load) and the median ms."""
+    saved, as one call), called once: the call, and that first call's seconds (compile or cache
+    load)."""
     op = make_op(case)
     args = make_inputs(case, seed=1, gates=gates)
     start = time.perf_counter()
     op(*args)
     torch.cuda.synchronize()
-    first_s = time.perf_counter() - start
-    return {"ms": time_cuda(lambda: op(*args)).median_ms, "first_call_s": first_s}
+    return (lambda: op(*args)), time.perf_counter() - start
 
 
-def time_peer(peer: str, cases: list[Case], pythonpath: str, timeout_s: float = 900,
-              gates: str = "benchmark") -> dict[str, dict]:
-    """One peer's results per row label, run as `python3 -P peer_bench.py` from a neutral folder."""
+def peer_command(peer: str, cases: list[Case], gates: str = "benchmark") -> list[str]:
+    """`python3 -P peer_bench.py --hold` on the rows: the peer's own process, from a neutral folder."""
     rows = [dict(asdict(c), label=c.label, seqlens=list(c.seqlens) if c.seqlens else None, gates=gates)
             for c in cases]
-    env = dict(os.environ, PYTHONPATH=pythonpath)
-    command = [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows)]
-    try:
-        proc = subprocess.run(command, cwd="/tmp", env=env, capture_output=True, text=True, timeout=timeout_s)
-        stdout, failed = proc.stdout, proc.returncode != 0
-        stderr = proc.stderr
-    except subprocess.TimeoutExpired as err:  # keep the rows the peer finished
-        stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
-        failed, stderr = True, f"{peer} ran past {timeout_s:g} s"
-    results = {}
-    for line in stdout.splitlines():
-        if line.startswith("{"):
+    return [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows), "--hold"]
+
+
+class PeerRun:
+    """One peer's process. It first calls every row once (its compiles and autotuning, which take
+    minutes and may run beside another peer's), says so, and times the rows when ``go`` tells it
+    to. It may run ``timeout_s`` seconds of its own: its first calls, then its timings."""
+
+    def __init__(self, peer: str, cases: list[Case], pythonpath: str, timeout_s: float, gates: str):
+        self.peer, self.timeout_s = peer, timeout_s
+        self.lines: list[str] = []
+        self.warmed = threading.Event()
+        self.problem: Optional[str] = None
+        self.warm_s: Optional[float] = None
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(peer_command(peer, cases, gates), cwd="/tmp", text=True,
+                                     env=dict(os.environ, PYTHONPATH=pythonpath),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith('{"warmed"'):
+                self.warmed.set()
+            elif line.startswith("{"):
+                self.lines.append(line)
+        self.warmed.set()  # at its end too, so that no one waits on a peer that died
+
+    def wait_warm(self) -> float:
+        """Seconds until every row had its first call (the process stopped if it ran out of time)."""
+        if self.warm_s is None:
+            if not self.warmed.wait(self.timeout_s - (time.perf_counter() - self.started)):
+                self._stop()
+            self.warm_s = time.perf_counter() - self.started
+        return self.warm_s
+
+    def go(self) -> dict[str, dict]:
+        """Time the rows (the rest of its time to do it in); its results per row label."""
+        warm_s = self.wait_warm()
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):  # it stopped already: its rows say why
+            pass
+        try:
+            self.proc.wait(max(self.timeout_s - warm_s, 1.0))
+        except subprocess.TimeoutExpired:
+            self._stop()
+        self.reader.join()
+        results = {}
+        for line in self.lines:
             row = json.loads(line)
             results[row["label"]] = row
-    if failed and not results:
-        results["_error"] = {"error": stderr[-2000:]}
-    return results
+        if (self.problem or self.proc.returncode) and not any(r.get("ms") is not None for r in results.values()):
+            self.stderr.seek(0)
+            results["_error"] = {"error": self.problem or self.stderr.read()[-2000:]}
+        return results
+
+    def _stop(self) -> None:  # keep the rows it finished
+        self.problem = f"{self.peer} ran past {self.timeout_s:g} s"
+        self.proc.kill()
+        self.proc.wait()
+
+
+def start_peers(cases: list[Case], pythonpath: str, timeout_s: float, gates: str) -> list[PeerRun]:
+    """Every peer's process, making its first calls."""
+    return [PeerRun(p, cases, pythonpath, timeout_s, gates) for p in PEERS]
+
+
+def finish_peers(runs: list[PeerRun]) -> dict[str, dict[str, dict]]:
+    """Each peer's results per row label: once every peer has made its first calls, each peer's
+    timings in turn."""
+    for run in runs:
+        run.wait_warm()
+    peers = {}
+    for run in runs:
+        start = time.perf_counter()
+        peers[run.peer] = run.go()
+        done = ", ".join(f"{label} {r['ms']:.4f} ms" for label, r in peers[run.peer].items() if r.get("ms") is not None)
+        print(f"{run.peer}: first calls {run.warm_s:.0f} s, timings {time.perf_counter() - start:.0f} s: "
+              f"{done or 'no rows'}", flush=True)
+    return peers
 
 
 def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 900,
           gates: str = "benchmark") -> list[dict]:
     """Every row, its gates drawn as ``gates`` says (``tileops.cases.log_decays``): our time, each
     peer's, the work and the floor."""
+    # The peers' first calls (compiles and autotuning: minutes) run beside ours; every timing runs
+    # alone, after all of them. Each figure is printed as it comes, so that a run cut short still
+    # shows what it measured.
+    runs = start_peers(cases, peers_path, peer_timeout_s, gates) if peers_path else []
+    calls = {}
+    for c in cases:
+        calls[c.label] = first_call(c, gates)
+        print(f"ours {c.label}: first call {calls[c.label][1]:.1f} s", flush=True)
+    for run in runs:
+        run.wait_warm()
     ours = {}
-    for c in cases:  # each figure as it comes, so that a run cut short still shows what it measured
-        ours[c.label] = time_ours(c, gates)
-        print(f"ours {c.label}: {ours[c.label]['ms']:.4f} ms (first call {ours[c.label]['first_call_s']:.1f} s)",
-              flush=True)
-    peers = {}
-    for p in PEERS if peers_path else ():
-        start = time.perf_counter()
-        peers[p] = time_peer(p, cases, peers_path, peer_timeout_s, gates)
-        done = ", ".join(f"{label} {r['ms']:.4f} ms" for label, r in peers[p].items() if r.get("ms") is not None)
-        print(f"{p} in {time.perf_counter() - start:.0f} s: {done or 'no rows'}", flush=True)
+    for c in cases:
+        call, first_s = calls[c.label]
+        ours[c.label] = {"ms": time_cuda(call).median_ms, "first_call_s": first_s}
+        print(f"ours {c.label}: {ours[c.label]['ms']:.4f} ms", flush=True)
+    peers = finish_peers(runs)
     out = []
     for c in cases:
         label = c.label if gates == "benchmark" else f"{c.label} [{gates} gates]"

@@ -8,7 +8,10 @@ Every command takes ``--db`` (a SQLAlchemy URL or a SQLite path; default $TILEOP
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional, Union
@@ -17,7 +20,7 @@ import typer
 from alembic.util import CommandError
 from tileops.cli import printable, wide_console
 from rich.markup import escape
-from rich.progress import track
+from rich.progress import Progress, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -278,6 +281,10 @@ def warm(db: Db = None,
          prune: Annotated[bool, typer.Option(
              help="First remove the compiled programs kept for other versions of the kernels or "
                   "TileLang (they are never loaded by this one).")] = False,
+         op: OpFilter = None,
+         jobs: Annotated[Optional[int], typer.Option(
+             min=1, help="Compile this many winners at once, each in its own process (default: one "
+                         "a CPU core; 1 compiles in this process).")] = None,
          ) -> None:
     """Compile this device's winners (the database's, then the shipped snapshot's for the keys the
     database lacks) ahead of time, so the first op call does not wait."""
@@ -300,20 +307,24 @@ def warm(db: Db = None,
         rows = []
     else:
         with TuningStore(db, readonly=True) as store:
-            rows = store.winners(arch=arch)
+            rows = store.winners(arch=arch, op=op)
     # The shipped snapshot serves every key the database does not: its winners are warmed too.
     own_keys = {record_key(row) for row in rows}
-    rows += [row for row in shipped_winners(arch) if shipped and record_key(row) not in own_keys]
+    rows += [row for row in shipped_winners(arch)
+             if shipped and record_key(row) not in own_keys and op in (None, row.op)]
     usable = [row for row, problem in check_all(rows) if problem is None]
     if not usable:
         out.print(f"no usable winners for {arch} ({len(rows)} rows in all, database and shipped snapshot)")
         return
-    failures = []
-    for row in track(usable, description=f"compiling {len(usable)} {arch} winners", console=out):
-        try:
-            compile_winner(row)
-        except Exception as error:  # report every failing row, keep compiling the others
-            failures.append((row, f"{type(error).__name__}: {describe(error)}"))
+    jobs = min(jobs or os.cpu_count() or 1, len(usable))
+    with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=out) as progress:
+        task = progress.add_task(f"compiling {len(usable)} {arch} winners"
+                                 + (f", {jobs} at once" if jobs > 1 else ""), total=len(usable))
+        failures = []
+        for row, reason in compiled_rows(compile_winner, usable, jobs):
+            progress.advance(task)
+            if reason is not None:
+                failures.append((row, reason))
     out.print(f"compiled {len(usable) - len(failures)} of {len(usable)} winners for {arch}"
               + (f" ({len(rows) - len(usable)} unusable rows skipped)" if len(rows) > len(usable) else ""))
     if failures:
@@ -321,6 +332,30 @@ def warm(db: Db = None,
         for row, reason in failures:  # one line each, whole: an error is read, not tabulated
             out.print(f"  {' '.join(key_cells(row))}: {text_cell(reason)}", soft_wrap=True, highlight=False)
         raise typer.Exit(1)
+
+
+def compiled_rows(compile_winner, rows: list, jobs: int):
+    """Yield (row, None) for each row compiled, (row, "Error: why") for each that failed, as they
+    finish. ``jobs`` > 1 compiles in that many fresh processes (TileLang's lowering holds the
+    interpreter, so threads would compile one at a time); a process that dies breaks the pool, and
+    the rows not yet compiled are reported failed with that cause."""
+    def reason(error: BaseException) -> str:  # every failing row is reported, the others still compile
+        return f"{type(error).__name__}: {describe(error)}"
+
+    if jobs == 1:
+        for row in rows:
+            try:
+                compile_winner(row)
+            except Exception as error:
+                yield row, reason(error)
+            else:
+                yield row, None
+        return
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(compile_winner, row): row for row in rows}
+        for future in as_completed(futures):
+            error = future.exception()
+            yield futures[future], None if error is None else reason(error)
 
 
 def main() -> None:

@@ -149,18 +149,35 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--peer", choices=("fla", "tileops"), required=True)
     parser.add_argument("--cases", required=True, help="JSON list of rows")
+    parser.add_argument("--hold", action="store_true",
+                        help="After the first call of every row, print {\"warmed\": true} and time the rows "
+                             "only once a line arrives on stdin (so that another peer's compiles never "
+                             "overlap these timings)")
     args = parser.parse_args()
+
+    def failed(case: dict, err: Exception) -> None:  # a peer that cannot run a row leaves a gap, not a crash
+        print(json.dumps({"label": case["label"], "peer": args.peer, "ms": None,
+                          "error": f"{type(err).__name__}: {err}"[:300]}), flush=True)
+        traceback.print_exc(file=sys.stderr)
+
+    ready = []  # (row, its runner) after a first call that compiled and autotuned it
     for case in json.loads(args.cases):
         try:
             fn = runner(args.peer, case)
             fn()
             torch.cuda.synchronize()
+            ready.append((case, fn))
+        except Exception as err:
+            failed(case, err)
+    if args.hold:
+        print(json.dumps({"warmed": True}), flush=True)
+        sys.stdin.readline()
+    for case, fn in ready:
+        try:
             ms = time_cuda(fn).median_ms
             print(json.dumps({"label": case["label"], "peer": args.peer, "ms": ms}), flush=True)
-        except Exception as err:  # a peer that cannot run a row leaves a gap, not a crash
-            print(json.dumps({"label": case["label"], "peer": args.peer, "ms": None,
-                              "error": f"{type(err).__name__}: {err}"[:300]}), flush=True)
-            traceback.print_exc(file=sys.stderr)
+        except Exception as err:
+            failed(case, err)
 
 
 if __name__ == "__main__":

@@ -16,24 +16,17 @@ import torch
 
 from tileops.cases import Case
 from tileops.cli.bench_cases import flops
-from tileops.cli.bench_run import PEER_SCRIPT, time_peer
+from tileops.cli.bench_run import PEER_SCRIPT, peer_command
 
 ROW = Case("deltanet", 2, 128, 2, 2, 16, "float64", entry="train")
 
 
 @pytest.fixture
-def peer_row(monkeypatch):
-    """Case -> the row as time_peer hands it to the peer script (its --cases, captured, not run)."""
+def peer_row():
+    """Case -> the row as the bench hands it to the peer script (its --cases)."""
     def row(case: Case) -> dict:
-        seen = {}
-
-        def fake_run(command, **kwargs):
-            seen["cases"] = command[command.index("--cases") + 1]
-            return subprocess.CompletedProcess(command, 0, stdout="", stderr="")
-
-        monkeypatch.setattr(subprocess, "run", fake_run)
-        time_peer("fla", [case], "/nowhere")
-        [one] = json.loads(seen["cases"])
+        command = peer_command("fla", [case])
+        [one] = json.loads(command[command.index("--cases") + 1])
         return one
     return row
 

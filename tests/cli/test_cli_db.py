@@ -6,7 +6,7 @@ import sys
 import types
 
 import pytest
-from tests.support.db import make_winner, run_cli
+from tests.support.db import TINY_KERNEL_NAME, make_winner, run_cli
 from typer.testing import CliRunner
 
 from tileops.db.store import TuningStore
@@ -118,11 +118,12 @@ def test_prune_deletes_only_what_dispatch_cannot_use(sqlite_url, tiny_kernel):
 
 
 def warm_with(monkeypatch, compile_winner, *args: str):
-    """``tileops-db warm ARGS`` in-process, with ``compile_winner`` standing in for the compiler."""
+    """``tileops-db warm --jobs 1 ARGS`` in-process, with ``compile_winner`` standing in for the
+    compiler."""
     from tileops.cli.db import app
 
     monkeypatch.setitem(sys.modules, "tileops.tuner.warm", types.SimpleNamespace(compile_winner=compile_winner))
-    return CliRunner().invoke(app, ["warm", *args], env={"COLUMNS": "250"})
+    return CliRunner().invoke(app, ["warm", "--jobs", "1", *args], env={"COLUMNS": "250"})
 
 
 def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_url, tiny_kernel, monkeypatch):
@@ -184,6 +185,26 @@ def test_warm_for_another_arch_picks_that_archs_winners(sqlite_url, tiny_kernel,
     result = warm_with(monkeypatch, lambda record: compiled.append(record.arch), "--db", sqlite_url, "--arch", "sm90")
     assert result.exit_code == 0, result.output
     assert compiled[0] == "sm90" and "cpu" not in compiled
+
+
+def test_warm_takes_one_ops_winners_when_asked(sqlite_url, tiny_kernel, monkeypatch):
+    compiled = []
+    current = tiny_kernel.source_hash
+    fill(sqlite_url, make_winner(arch="cpu", op="gdn", source_hash=current),
+         make_winner(arch="cpu", op="kda", bucket_tokens=3, source_hash=current))
+    result = warm_with(monkeypatch, lambda record: compiled.append(record.op), "--db", sqlite_url, "--op", "kda")
+    assert result.exit_code == 0, result.output
+    assert compiled == ["kda"] and "compiled 1 of 1 winners for cpu" in result.output
+
+
+def test_warm_in_several_processes_reports_each_rows_failure(sqlite_url, tiny_kernel):
+    # The real compiler in two fresh processes: rows without a recorded call fail there, each
+    # reported on its own line, and the command fails.
+    fill(sqlite_url, *(make_winner(bucket_tokens=b, source_hash=tiny_kernel.source_hash) for b in (3, 12)))
+    result = run_cli("warm", "--db", sqlite_url, "--arch", "sm90", "--jobs", "2", with_tiny_kernel=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "2 at once" in result.stdout and "compiled 0 of 2 winners for sm90" in result.stdout
+    assert result.stdout.count(f"ValueError: winner {TINY_KERNEL_NAME} has no recorded call to compile for") == 2
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is needed to compile for sm_90a")

@@ -1,6 +1,6 @@
 """tl.gla_prefill on an sm90 GPU against the float64 reference: GLAFwdOp's prefill, equal lengths and
-packed varlen (lengths not multiples of 64, a thousand short sequences, one long one), with and
-without an initial state, K = V ∈ {64, 128}, fp16 and bf16, a given scale, under gates from weak
+packed varlen (lengths not multiples of 64, a thousand short sequences, one long one), few long
+sequences cut into pieces, with and without an initial state, K = V ∈ {64, 128}, fp16 and bf16, a given scale, under gates from weak
 to −5 a token; and each knob of the config space."""
 
 from __future__ import annotations
@@ -70,6 +70,38 @@ def test_every_feature_against_float64(case):
     dtype, H, D, lengths = (case.pop(n) for n in ("dtype", "H", "D", "lengths"))
     scale = case.pop("scale", None)
     check(scale, *inputs(0, lengths, H, D, dtype, **case), dtype)
+
+
+CUT = [  # few long sequences: each cut into 4 pieces (tileops.kernels.plans.channel_pieces)
+    dict(id="bf16-k128-h0", dtype=torch.bfloat16, D=128, batch=1),
+    dict(id="fp16-k64-slow-decay", dtype=torch.float16, D=64, batch=1, strength=2e-3),
+    dict(id="bf16-k128-b2-fast-decay-zeros", dtype=torch.bfloat16, D=128, batch=2, strength=5.0, init=False),
+]
+
+
+@pytest.mark.parametrize("case", CUT, ids=[c["id"] for c in CUT])
+def test_few_long_sequences_cut_into_pieces(case):
+    from tileops import dispatch
+
+    case = dict(case)
+    case.pop("id")
+    dtype, D = case.pop("dtype"), case.pop("D")
+    tensors, h0, _ = inputs(3, (4096,), 2, D, dtype, **case)
+    spec, _ = GLAFwdOp().describe(*tensors, h0)
+    assert "cut into 4 pieces" in dispatch.explain_spec("GLAFwdOp", None, spec).plan
+    check(None, tensors, h0, None, dtype)
+
+
+def test_a_cut_call_replays_in_a_cuda_graph():
+    tensors, h0, _ = inputs(4, (4096,), 2, 128, torch.bfloat16, batch=1)
+    op = GLAFwdOp()
+    eager = [x.clone() for x in op(*tensors, h0)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = op(*tensors, h0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(x, y) for x, y in zip(captured, eager))
 
 
 def test_a_thousand_short_sequences_and_one_long():

@@ -2,10 +2,13 @@
 ``chunk_prep_channel`` for every chunk at once, then the value-major chain over the sequences.
 
 As ``launch.chunked``: outputs allocated here, no host sync and no per-call table, so a call can be
-captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32.
+captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32. GLA's few long
+sequences of whole windows are cut into pieces walked side by side (``plans.channel_pieces``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -15,6 +18,8 @@ from tileops.kernels.launch.chunked import NoGate
 from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CONFIGS, TL_DTYPES,
                                                      query_scale, sequences, transform_flags)
 from tileops.kernels.launch.compiled import Program, compiled
+from tileops.kernels.hardware import sm_count
+from tileops.kernels.plans.channel_pieces import cut_bounds, may_cut, piece_entries, pieces_per_sequence, walk_tiles
 from tileops.kernels.plans.packing import packed
 
 
@@ -58,6 +63,21 @@ class ChannelPrefillLauncher:
         self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
+        # GLA's few long sequences: both passes again for the pieces, as packed sequences.
+        self.cut_prep = self.cut_chain = None
+        if may_cut(spec, config.block_v, delta):
+            packed_spec = dataclasses.replace(spec, mode="varlen")
+            self.cut_prep = compile_channel_prep(config, packed_spec, delta)
+            self.cut_chain = compile_channel_chain(config, packed_spec, delta)
+        self.tiles = walk_tiles(spec, config.block_v)
+        self.sms = sm_count(spec.device, spec.arch)
+
+    def pieces(self, batch: int, seq_len: int) -> int:
+        """How many pieces each of ``batch`` sequences of ``seq_len`` tokens is cut into (1: none)."""
+        C = self.config.chunk_size
+        if self.cut_chain is None or seq_len % C:
+            return 1
+        return pieces_per_sequence(batch, seq_len // C, self.tiles, self.sms)
 
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                  A_log=None, dt_bias=None):
@@ -76,8 +96,9 @@ class ChannelPrefillLauncher:
         has_init = 0 if initial_state is None else 1
         m = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
         qo, ks = (torch.empty(HV, tokens, K, dtype=q.dtype, device=q.device) for _ in range(2))
-        # The state's decay over each window's last segment, then over each sequence's last.
-        decay = torch.empty(HV, -(-tokens // C) + n, K, dtype=torch.float32, device=q.device)
+        pieces = 1 if self.varlen else self.pieces(B, T)
+        # The state's decay over each window's last segment, then over each sequence's (piece's) last.
+        decay = torch.empty(HV, -(-tokens // C) + n * pieces, K, dtype=torch.float32, device=q.device)
         flat_o = o.view(tokens, HV, V)
         if self.delta:
             flat_beta = packed(beta.float(), tokens, HV)
@@ -95,6 +116,8 @@ class ChannelPrefillLauncher:
             self.prep(*first, bounds, *firsts)
             self.chain(*walk, bounds, flat_o, final, has_init)
             return o, final
+        if pieces > 1:
+            return self.cut(pieces, first, firsts, walk, flat_o, o, final, initial_state is not None)
         self.prep(*first, *firsts, T)
         if not self.boundaries:
             self.chain(*walk, flat_o, final, T, has_init)
@@ -102,3 +125,20 @@ class ChannelPrefillLauncher:
         h = torch.empty(B, -(-T // C) + 1, HV, K, V, dtype=torch.float32, device=q.device)
         self.chain(*walk, flat_o, final, h, T, has_init)
         return o, final, h
+
+    def cut(self, pieces, first, firsts, walk, flat_o, o, final, has_init):
+        """The call with each sequence cut into ``pieces`` (``plans.channel_pieces``): the first pass
+        and a walk from zero for every piece, the entries, the walk again from them."""
+        B = final.shape[0]
+        tokens = flat_o.shape[0]
+        W = tokens // self.config.chunk_size
+        # Made on the device each call (one small kernel), so that a CUDA graph captures it too.
+        bounds = cut_bounds(B, tokens // B, pieces, flat_o.device)
+        self.cut_prep(*first, bounds, *firsts)
+        qo, ks, v, m, decay, h0 = walk
+        states = torch.empty(B * pieces, *final.shape[1:], dtype=final.dtype, device=final.device)
+        self.cut_chain(qo, ks, v, m, decay, states, bounds, flat_o, states, 0)
+        entries = piece_entries(states, decay[:, :W], h0 if has_init else None, B, pieces)
+        self.cut_chain(qo, ks, v, m, decay, entries, bounds, flat_o, states, 1)
+        final.copy_(states.view(B, pieces, *final.shape[1:])[:, -1])
+        return o, final
