@@ -1,0 +1,101 @@
+"""GLA's chunked backward as its kernels are to compute it, in float64, from the forward's h.
+
+With γ the log decays summed down each C-token chunk (per key channel, from the chunk's start),
+Γ its last row, Q_o = scale q ⊙ e^γ and K_s = k ⊙ e^{Γ − γ} (the first pass's outputs):
+
+- the state gradient walks the chunks backward: dS_{c+1} is the gradient of the state leaving chunk
+  c (dht, or zeros, after the last), and dS_c = diag(e^{Γ_c}) dS_{c+1} + Q_oᵀ dO_c;
+- per chunk, from S_c = h[:, c] and dS_{c+1}, with M (the forward's masked gated products) and
+  dA = scale dO Vᵀ (s ≤ t):
+  dv = Mᵀ dO + K_s dS_{c+1};
+  dq = scale e^γ ⊙ (dO S_cᵀ) + Σ_{s ≤ t} dA_ts k_s ⊙ e^{γ_t − γ_s};
+  dk = e^{Γ − γ} ⊙ (V dS_{c+1}ᵀ) + Σ_{t ≥ s} dA_ts q_t ⊙ e^{γ_t − γ_s};
+- dg = the sum from each token to its sequence's end of q ⊙ dq − k ⊙ dk, plus Σ_v dht ⊙ S_T on
+  every token (the final state's decay e^{G_T} holds every gate).
+
+The gated sums over tokens go by 16-row blocks, as the forward's products over channels do: a
+block against the rows before it about its first row r (dq: e^{γ_t − γ_r} ⊙ (dA · (k ⊙ e^{γ_r − γ_s})))
+or after it about its last row e (dk: e^{γ_e − γ_s} ⊙ (dAᵀ · (q ⊙ e^{γ_t − γ_e}))), every factor at
+most 1, one tensor-core product each; the pairs inside a block one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+F64 = torch.float64
+C, BLOCK = 64, 16
+
+
+def gated_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later: bool) -> torch.Tensor:
+    """Σ_{s ≤ t} d_a[t, s] x_s ⊙ e^{γ_t − γ_s} for every row t ([C, K], heads first), or with
+    ``later`` Σ_{t ≥ s} d_a[t, s] x_t ⊙ e^{γ_t − γ_s} for every row s, by 16-row blocks."""
+    out = torch.zeros_like(x)
+    rows = torch.arange(C)
+    for blk in range(C // BLOCK):
+        own = slice(blk * BLOCK, (blk + 1) * BLOCK)
+        if not later and blk > 0:  # the rows before block I, about its first row r
+            r = blk * BLOCK
+            right = x[:, :r] * (gamma[:, r:r + 1] - gamma[:, :r]).exp()
+            out[:, own] += (gamma[:, own] - gamma[:, r:r + 1]).exp() * (d_a[:, own, :r] @ right)
+        if later and blk < C // BLOCK - 1:  # the rows after block J, about its last row e
+            e = (blk + 1) * BLOCK - 1
+            left = x[:, e + 1:] * (gamma[:, e + 1:] - gamma[:, e:e + 1]).exp()
+            out[:, own] += (gamma[:, e:e + 1] - gamma[:, own]).exp() * (d_a[:, e + 1:, own].mT @ left)
+        # Inside the block, pair by pair (only the lower triangle holds anything).
+        g_blk = gamma[:, own]
+        pair = (g_blk[:, :, None, :] - g_blk[:, None, :, :]).exp()  # [H, t, s, K]: e^{γ_t − γ_s}
+        lower = (rows[own][:, None] >= rows[own][None, :])[None, :, :, None]
+        pair = torch.where(lower, pair, 0.0)
+        d_blk = d_a[:, own, own]
+        if later:
+            out[:, own] += torch.einsum("hts,htc,htsc->hsc", d_blk, x[:, own], pair)
+        else:
+            out[:, own] += torch.einsum("hts,hsc,htsc->htc", d_blk, x[:, own], pair)
+    return out
+
+
+def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float):
+    """(dq, dk, dv, dg) [B, T, H, ·] for equal lengths T a multiple of C, from the forward's
+    h [B, T / C + 1, H, K, V]."""
+    B, T, H, K = q.shape
+    NT = T // C
+    q, k, v, g, h, do = (x.to(F64) for x in (q, k, v, g, h, do))
+    dq, dk, dg_part = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(q)
+    dv = torch.zeros_like(v)
+    rows = torch.arange(C)
+    causal = rows[:, None] >= rows[None, :]
+    for b in range(B):
+        chunks = []
+        for c in range(NT):  # the first pass's outputs, heads first
+            span = slice(c * C, (c + 1) * C)
+            qc, kc, vc, oc = (x[b, span].transpose(0, 1) for x in (q, k, v, do))
+            gamma = g[b, span].transpose(0, 1).cumsum(1)
+            end = gamma[:, -1:]
+            pair = (gamma[:, :, None, :] - gamma[:, None, :, :]).exp()
+            m = scale * torch.where(causal[None], torch.einsum("htc,hsc,htsc->hts", qc, kc,
+                                                             torch.where(causal[None, :, :, None], pair, 0.0)), 0.0)
+            chunks.append(dict(q=qc, k=kc, v=vc, do=oc, gamma=gamma, m=m, qo=scale * qc * gamma.exp(),
+                               ks=kc * (end - gamma).exp(), decay=end[:, 0].exp()))
+        d_state = torch.zeros(H, K, v.shape[-1], dtype=F64) if dht is None else dht[b].to(F64)
+        leaving = [None] * NT
+        for c in reversed(range(NT)):  # the state gradient's walk
+            leaving[c] = d_state
+            x = chunks[c]
+            d_state = x["decay"][:, :, None] * d_state + x["qo"].mT @ x["do"]
+        for c in range(NT):  # every chunk at once
+            x, d_next, state = chunks[c], leaving[c], h[b, c]
+            span = slice(c * C, (c + 1) * C)
+            d_a = scale * torch.where(causal[None], x["do"] @ x["v"].mT, 0.0)
+            dv[b, span] = (x["m"].mT @ x["do"] + x["ks"] @ d_next).transpose(0, 1)
+            dq_c = scale * x["gamma"].exp() * (x["do"] @ state.mT) + gated_rows(d_a, x["k"], x["gamma"], later=False)
+            dk_c = ((x["gamma"][:, -1:] - x["gamma"]).exp() * (x["v"] @ d_next.mT)
+                    + gated_rows(d_a, x["q"], x["gamma"], later=True))
+            dq[b, span], dk[b, span] = dq_c.transpose(0, 1), dk_c.transpose(0, 1)
+            dg_part[b, span] = (x["q"] * dq_c - x["k"] * dk_c).transpose(0, 1)
+    dg = dg_part.flip(1).cumsum(1).flip(1)
+    if dht is not None:
+        dg = dg + (dht.to(F64) * h[:, NT]).sum(-1)[:, None]
+    return dq, dk, dv, dg
