@@ -17,7 +17,7 @@ from tileops.kernels.base import KernelDef
 from tileops.kernels.config import TiledConfig
 from tileops.kernels.hardware import SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
-from tileops.kernels.plans.channel_pieces import call_pieces
+from tileops.kernels.plans.channel_pieces import call_width
 from tileops.kernels.plans.tiles import chain_smem_bytes
 from tileops.kernels.prefill_kernel import prefill_problem
 from tileops.kernels.registry import register
@@ -59,9 +59,9 @@ def plan(config: ChannelPrefillConfig, spec: CallSpec, delta: bool = True) -> st
     walks = spec.batch * spec.value_heads
     tiles = walks * (spec.dim_v // config.block_v)
     first = "per-channel gated products and WY solve" if delta else "per-channel gated products"
-    pieces = call_pieces(spec, config.chunk_size, config.block_v, delta)
-    cut = (f"; each sequence cut into {pieces} pieces walked side by side, from zero and then from their exact "
-           "entries (the state's transition over a piece is its decay)") if pieces > 1 else ""
+    width = call_width(spec, config.chunk_size, config.block_v, delta)
+    cut = (f"; sequences cut into pieces of {width} windows walked side by side, from zero and then from their "
+           "exact entries (the state's transition over a piece is its decay)") if width else ""
     return (f"two passes: every chunk's {first} at once, then the value-major chain over {config.block_v}-row V "
             f"tiles ({tiles} CTAs; {walks} (sequence, value head) walks for {sm_count(spec.device, spec.arch)} SMs, "
             f"{config.threads // WARPGROUP} warpgroups each){cut}")

@@ -1,7 +1,8 @@
 """GLA's few long sequences cut into pieces (``plans.channel_pieces``), as tl.gla_prefill runs
-them, in float64: the first pass with the pieces as packed sequences, the chain from zero, the
-launcher's own ``piece_entries``, the chain again from the entries; against the reference on the
-uncut sequences, under every gate kind. Then how many pieces a call gets, and the plan's words."""
+them, in float64: the launcher's own ``cut_plan``, the first pass with the pieces as packed
+sequences, the chain from zero, the launcher's own ``piece_entries``, the chain again from the
+entries; against the reference on the uncut sequences (equal and packed, starting and ending
+inside windows), under every gate kind. Then how long a call's pieces are, and the plan's words."""
 
 from __future__ import annotations
 
@@ -10,52 +11,66 @@ import torch
 
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig, plan
-from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, cut_bounds, piece_entries, pieces_per_sequence
+from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, cut_plan, piece_entries, piece_windows
 from tileops.reference.gla.chunk import chunk_gla
 from tests.kernels.kda.prefill_model import C, F64, chain, first_pass
 from tests.kernels.kda.test_kda_prefill_model import GATES, gates, relative
 
 
+CUTS = [  # (lengths, the windows a piece spans)
+    ((8 * C,) * 2, 2),  # equal lengths of whole windows
+    ((5 * C + 17, 3 * C - 40, 40, 9 * C + 3), 2),  # packed, starting and ending inside windows
+    ((7 * C + 1,), 3),  # a last piece of one token
+]
+
+
 @pytest.mark.parametrize("kind", GATES)
 @pytest.mark.parametrize("with_state", [True, False], ids=["initial-state", "zeros"])
-def test_the_cut_schedule_is_the_recurrence(kind, with_state):
+@pytest.mark.parametrize("lengths, width", CUTS, ids=["equal", "packed", "one-token-tail"])
+def test_the_cut_schedule_is_the_recurrence(kind, with_state, lengths, width):
     gen = torch.Generator().manual_seed(7)
-    B, P, H, D, scale = 2, 4, 2, 32, 0.3
-    T = P * 2 * C  # two windows a piece
-    q = torch.randn(B, T, H, D, generator=gen, dtype=F64)
-    k = torch.nn.functional.normalize(torch.randn(B, T, H, D, generator=gen, dtype=F64), dim=-1)
-    v = torch.randn(B, T, H, D, generator=gen, dtype=F64)
-    g = gates(kind, (B, T, H, D), gen)
-    h0 = torch.randn(B, H, D, D, generator=gen, dtype=F64) if with_state else None
-    bounds = cut_bounds(B, T, P, torch.device("cpu")).tolist()
-    assert bounds == list(range(0, B * T + 1, 2 * C))
-    flat = [x.reshape(B * T, H, D) for x in (q, k, v, g)]
+    H, D, scale = 2, 32, 0.3
+    T, N = sum(lengths), len(lengths)
+    q = torch.randn(1, T, H, D, generator=gen, dtype=F64)
+    k = torch.nn.functional.normalize(torch.randn(1, T, H, D, generator=gen, dtype=F64), dim=-1)
+    v = torch.randn(1, T, H, D, generator=gen, dtype=F64)
+    g = gates(kind, (1, T, H, D), gen)
+    h0 = torch.randn(N, H, D, D, generator=gen, dtype=F64) if with_state else None
+    plan = cut_plan(lengths, width, C, torch.device("cpu"))
+    bounds = plan.bounds.tolist()
+    assert plan.count > N and all(b % C == 0 for b in bounds if b not in set(torch.tensor(lengths).cumsum(0).tolist()))
+    flat = [x[0] for x in (q, k, v, g)]
     first = first_pass(flat[0], flat[1], flat[3], None, bounds, scale=scale)
     _, from_zero = chain(first, flat[2], bounds)
-    entries = piece_entries(from_zero, first[5][:, :B * T // C], h0, B, P)
+    entries = piece_entries(plan, from_zero, first[5][:, :-(-T // C)], h0)
     o, finals = chain(first, flat[2], bounds, entries)
-    ref_o, ref_final, _ = chunk_gla(q, k, v, g, scale=scale, initial_state=h0, chunk_size=C)
-    assert relative(o.reshape(B, T, H, D), ref_o) <= 1e-12
-    assert relative(finals.view(B, P, H, D, D)[:, -1], ref_final) <= 1e-12
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    ref_o, ref_final, _ = chunk_gla(q, k, v, g, scale=scale, initial_state=h0, cu_seqlens=cu, chunk_size=C)
+    assert relative(o[None], ref_o) <= 1e-12
+    assert relative(finals[plan.last], ref_final) <= 1e-12
     # Every piece's entry is the true state at its first token.
-    for n in range(B):
-        for p in range(1, P):
-            t = p * T // P
-            _, state, _ = chunk_gla(q[n:n + 1, :t], k[n:n + 1, :t], v[n:n + 1, :t], g[n:n + 1, :t], scale=scale,
-                                    initial_state=None if h0 is None else h0[n:n + 1], chunk_size=C)
-            assert relative(entries[n * P + p], state[0]) <= 1e-12
+    for p in range(plan.count):
+        n = int((cu[1:] > bounds[p]).nonzero()[0])
+        start = int(cu[n])
+        if bounds[p] == start:
+            continue
+        span = slice(start, bounds[p])
+        _, state, _ = chunk_gla(q[:, span], k[:, span], v[:, span], g[:, span], scale=scale,
+                                initial_state=None if h0 is None else h0[n:n + 1], chunk_size=C)
+        assert relative(entries[p], state[0]) <= 1e-12
 
 
-@pytest.mark.parametrize("batch, windows, tiles, pieces", [
-    (1, 512, 32, 8),      # B1×T32768 H16, 64-row V tiles: 256 CTAs for 132 SMs
-    (2, 512, 32, 4),
-    (4, 128, 32, 1),      # B4×T8192 H16: two pieces would only double the walks
-    (1, 512, 264, 1),     # the walks fill two CTAs an SM already
-    (1, 4 * MIN_WINDOWS, 8, 4),  # no piece shorter than MIN_WINDOWS
-    (1, 4 * MIN_WINDOWS + 1, 8, 1),  # a window count the pieces cannot share evenly
+@pytest.mark.parametrize("lengths, tiles, width", [
+    ((32768,), 32, 64),          # B1×T32768 H16, 64-row V tiles: 8 pieces for 132 SMs' 264 slots
+    ((32768,) * 2, 32, 128),
+    ((8192,) * 4, 32, 0),        # B4×T8192 H16: two pieces a sequence would only double the walks
+    ((32768,), 264, 0),          # the walks fill two CTAs an SM already
+    ((64 * C,), 8, MIN_WINDOWS),  # no piece shorter than MIN_WINDOWS
+    ((2 * MIN_WINDOWS * C,), 8, 0),  # two pieces of MIN_WINDOWS: no gain
+    ((32768, *(300,) * 15), 32, 74),  # one long prompt among short ones: 587 windows for 8 slots
 ])
-def test_pieces_fill_the_sms_with_whole_windows(batch, windows, tiles, pieces):
-    assert pieces_per_sequence(batch, windows, tiles, 132) == pieces
+def test_pieces_fill_the_sms_and_pay(lengths, tiles, width):
+    assert piece_windows(lengths, C, tiles, 132) == width
 
 
 def spec(batch: int, tokens: int, mode: str = "prefill", **flags) -> CallSpec:
@@ -65,8 +80,9 @@ def spec(batch: int, tokens: int, mode: str = "prefill", **flags) -> CallSpec:
 
 
 def test_the_plan_says_when_sequences_are_cut():
-    assert "cut into 8 pieces" in plan(ChannelPrefillConfig(), spec(1, 32768), delta=False)
-    assert "cut" not in plan(ChannelPrefillConfig(), spec(4, 8192), delta=False)
-    assert "cut" not in plan(ChannelPrefillConfig(), spec(1, 32768), delta=True)  # KDA: the transition is not a decay
-    assert "cut" not in plan(ChannelPrefillConfig(), spec(1, 32768 - 1), delta=False)
-    assert "cut" not in plan(ChannelPrefillConfig(), spec(1, 32768, mode="varlen"), delta=False)
+    assert "pieces of 64 windows" in plan(ChannelPrefillConfig(), spec(1, 32768), delta=False)
+    assert "pieces" not in plan(ChannelPrefillConfig(), spec(4, 8192), delta=False)
+    assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768), delta=True)  # KDA: the transition is not a decay
+    assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768, state_v_first=True), delta=False)
+    # A packed call is cut only when its lengths reach the host (cu_seqlens_cpu): not in its plan.
+    assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768, mode="varlen"), delta=False)

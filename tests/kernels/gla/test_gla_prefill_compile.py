@@ -61,12 +61,13 @@ def test_both_passes_compile_for_sm90a_without_the_delta_rule():
 def test_few_long_sequences_compile_their_cut_as_packed_sequences():
     from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
 
+    cpu = torch.device("cpu")
     long_one = ChannelPrefillLauncher(ChannelPrefillConfig(), spec(batch=1, tokens=32768), delta=False)
-    assert long_one.pieces(1, 32768) == 8 and long_one.pieces(1, 32768 - 64) == 1  # 511 windows do not share
-    assert long_one.pieces(4, 8192) == 1
+    assert long_one.cut_plan((32768,), cpu).count == 8 and long_one.cut_plan((8192,) * 4, cpu) is None
     for program in (long_one.cut_prep, long_one.cut_chain):
         assert "cu_seqlens" in program.get_kernel_source()
         assert_fits_an_sm(program, launch_smem(program))
-    # Built for four sequences, the launcher still cuts a long one that comes later.
-    assert ChannelPrefillLauncher(ChannelPrefillConfig(), spec(), delta=False).pieces(1, 32768) == 8
+    # Built for four sequences, or for packed ones, the launcher still cuts a long one that comes later.
+    for built_for in (spec(), spec(mode="varlen", batch=1)):
+        assert ChannelPrefillLauncher(ChannelPrefillConfig(), built_for, delta=False).cut_plan((32768,), cpu).count == 8
     assert ChannelPrefillLauncher(ChannelPrefillConfig(), spec(heads=128), delta=False).cut_chain is None

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
 from tileops.kernels.gla.prefill import KERNEL
+from tileops.kernels.plans.channel_pieces import piece_windows
 from tileops.linear_attention import GLAFwdOp
 from tileops.tuner.gate import in_float64, relative_error
 
@@ -72,10 +73,12 @@ def test_every_feature_against_float64(case):
     check(scale, *inputs(0, lengths, H, D, dtype, **case), dtype)
 
 
-CUT = [  # few long sequences: each cut into 4 pieces (tileops.kernels.plans.channel_pieces)
-    dict(id="bf16-k128-h0", dtype=torch.bfloat16, D=128, batch=1),
-    dict(id="fp16-k64-slow-decay", dtype=torch.float16, D=64, batch=1, strength=2e-3),
-    dict(id="bf16-k128-b2-fast-decay-zeros", dtype=torch.bfloat16, D=128, batch=2, strength=5.0, init=False),
+CUT = [  # few long sequences, cut into pieces of 16 windows (tileops.kernels.plans.channel_pieces)
+    dict(id="bf16-k128-h0", dtype=torch.bfloat16, D=128, lengths=(4096,), batch=1),
+    dict(id="fp16-k64-slow-decay", dtype=torch.float16, D=64, lengths=(4096,), batch=1, strength=2e-3),
+    dict(id="bf16-k128-b2-fast-decay-zeros", dtype=torch.bfloat16, D=128, lengths=(4000,), batch=2, strength=5.0,
+         init=False),
+    dict(id="bf16-k128-long-prompt-among-short", dtype=torch.bfloat16, D=128, lengths=(37, 4133, 300, 5)),
 ]
 
 
@@ -85,11 +88,14 @@ def test_few_long_sequences_cut_into_pieces(case):
 
     case = dict(case)
     case.pop("id")
-    dtype, D = case.pop("dtype"), case.pop("D")
-    tensors, h0, _ = inputs(3, (4096,), 2, D, dtype, **case)
-    spec, _ = GLAFwdOp().describe(*tensors, h0)
-    assert "cut into 4 pieces" in dispatch.explain_spec("GLAFwdOp", None, spec).plan
-    check(None, tensors, h0, None, dtype)
+    dtype, D, lengths = case.pop("dtype"), case.pop("D"), case.pop("lengths")
+    tensors, h0, cu = inputs(3, lengths, 2, D, dtype, **case)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert piece_windows(lengths * case.get("batch", 1), 64, 2 * (D // 64), sms) == 16  # the premise: a cut
+    if cu is None:  # the plan says so; a packed call is cut only once its lengths reach the host
+        spec, _ = GLAFwdOp().describe(*tensors, h0)
+        assert "pieces of 16 windows" in dispatch.explain_spec("GLAFwdOp", None, spec).plan
+    check(None, tensors, h0, cu, dtype)
 
 
 def test_a_cut_call_replays_in_a_cuda_graph():

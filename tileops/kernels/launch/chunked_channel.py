@@ -3,12 +3,14 @@
 
 As ``launch.chunked``: outputs allocated here, no host sync and no per-call table, so a call can be
 captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32. GLA's few long
-sequences of whole windows are cut into pieces walked side by side (``plans.channel_pieces``).
+sequences, of equal lengths or packed with their lengths on the host, are cut into pieces walked
+side by side (``plans.channel_pieces``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 
@@ -19,7 +21,7 @@ from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CO
                                                      query_scale, sequences, transform_flags)
 from tileops.kernels.launch.compiled import Program, compiled
 from tileops.kernels.hardware import sm_count
-from tileops.kernels.plans.channel_pieces import cut_bounds, may_cut, piece_entries, pieces_per_sequence, walk_tiles
+from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan, may_cut, piece_entries, piece_windows, walk_tiles
 from tileops.kernels.plans.packing import packed
 
 
@@ -72,12 +74,10 @@ class ChannelPrefillLauncher:
         self.tiles = walk_tiles(spec, config.block_v)
         self.sms = sm_count(spec.device, spec.arch)
 
-    def pieces(self, batch: int, seq_len: int) -> int:
-        """How many pieces each of ``batch`` sequences of ``seq_len`` tokens is cut into (1: none)."""
-        C = self.config.chunk_size
-        if self.cut_chain is None or seq_len % C:
-            return 1
-        return pieces_per_sequence(batch, seq_len // C, self.tiles, self.sms)
+    def cut_plan(self, lengths: tuple[int, ...], device: torch.device) -> Optional[CutPlan]:
+        """The pieces sequences of ``lengths`` are cut into, or None when they are walked whole."""
+        width = 0 if self.cut_chain is None else piece_windows(lengths, self.config.chunk_size, self.tiles, self.sms)
+        return cut_plan(lengths, width, self.config.chunk_size, device) if width else None
 
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
                  A_log=None, dt_bias=None):
@@ -96,9 +96,18 @@ class ChannelPrefillLauncher:
         has_init = 0 if initial_state is None else 1
         m = torch.empty(HV, tokens, C, dtype=q.dtype, device=q.device)
         qo, ks = (torch.empty(HV, tokens, K, dtype=q.dtype, device=q.device) for _ in range(2))
-        pieces = 1 if self.varlen else self.pieces(B, T)
+        lengths = None
+        if self.cut_chain is not None:  # lengths the host knows: equal, or packed with cu_seqlens_cpu
+            if not self.varlen:
+                lengths = (T,) * B
+            elif cu_seqlens_cpu is not None and cu_seqlens_cpu.numel() > 1:
+                sizes = cu_seqlens_cpu[1:] - cu_seqlens_cpu[:-1]
+                if int(sizes.max()) > 2 * MIN_WINDOWS * C:  # else no cut pays: spare the host the plan
+                    lengths = tuple(sizes.tolist())
+        plan = None if lengths is None else self.cut_plan(lengths, q.device)
         # The state's decay over each window's last segment, then over each sequence's (piece's) last.
-        decay = torch.empty(HV, -(-tokens // C) + n * pieces, K, dtype=torch.float32, device=q.device)
+        decay = torch.empty(HV, -(-tokens // C) + (n if plan is None else plan.count), K, dtype=torch.float32,
+                            device=q.device)
         flat_o = o.view(tokens, HV, V)
         if self.delta:
             flat_beta = packed(beta.float(), tokens, HV)
@@ -111,13 +120,13 @@ class ChannelPrefillLauncher:
             walk = (qo, kx, ks, flat_v, tp, m, decay, h0)
         else:
             first, firsts, walk = (flat_q, flat_k, flat_g), (m, qo, ks, decay), (qo, ks, flat_v, m, decay, h0)
+        if plan is not None:
+            return self.cut(plan, first, firsts, walk, flat_o, o, final, initial_state is not None)
         if self.varlen:
             bounds = cu_seqlens if cu_seqlens.dtype == torch.int32 else cu_seqlens.to(torch.int32)
             self.prep(*first, bounds, *firsts)
             self.chain(*walk, bounds, flat_o, final, has_init)
             return o, final
-        if pieces > 1:
-            return self.cut(pieces, first, firsts, walk, flat_o, o, final, initial_state is not None)
         self.prep(*first, *firsts, T)
         if not self.boundaries:
             self.chain(*walk, flat_o, final, T, has_init)
@@ -126,19 +135,15 @@ class ChannelPrefillLauncher:
         self.chain(*walk, flat_o, final, h, T, has_init)
         return o, final, h
 
-    def cut(self, pieces, first, firsts, walk, flat_o, o, final, has_init):
-        """The call with each sequence cut into ``pieces`` (``plans.channel_pieces``): the first pass
-        and a walk from zero for every piece, the entries, the walk again from them."""
-        B = final.shape[0]
-        tokens = flat_o.shape[0]
-        W = tokens // self.config.chunk_size
-        # Made on the device each call (one small kernel), so that a CUDA graph captures it too.
-        bounds = cut_bounds(B, tokens // B, pieces, flat_o.device)
-        self.cut_prep(*first, bounds, *firsts)
+    def cut(self, plan, first, firsts, walk, flat_o, o, final, has_init):
+        """The call with its sequences cut as ``plan`` says (``plans.channel_pieces``): the first
+        pass and a walk from zero for every piece, the entries, the walk again from them."""
+        W = -(-flat_o.shape[0] // self.config.chunk_size)
+        self.cut_prep(*first, plan.bounds, *firsts)
         qo, ks, v, m, decay, h0 = walk
-        states = torch.empty(B * pieces, *final.shape[1:], dtype=final.dtype, device=final.device)
-        self.cut_chain(qo, ks, v, m, decay, states, bounds, flat_o, states, 0)
-        entries = piece_entries(states, decay[:, :W], h0 if has_init else None, B, pieces)
-        self.cut_chain(qo, ks, v, m, decay, entries, bounds, flat_o, states, 1)
-        final.copy_(states.view(B, pieces, *final.shape[1:])[:, -1])
+        states = torch.empty(plan.count, *final.shape[1:], dtype=final.dtype, device=final.device)
+        self.cut_chain(qo, ks, v, m, decay, states, plan.bounds, flat_o, states, 0)
+        entries = piece_entries(plan, states, decay[:, :W], h0 if has_init else None)
+        self.cut_chain(qo, ks, v, m, decay, entries, plan.bounds, flat_o, states, 1)
+        torch.index_select(states, 0, plan.last, out=final)
         return o, final

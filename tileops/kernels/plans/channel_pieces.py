@@ -1,78 +1,139 @@
 """GLA's few long sequences, cut into pieces walked side by side, exactly, whatever the gates.
 
 Without the delta rule a segment's transition is diagonal: the state entering piece p + 1 is
-D_p ⊙ S_p + F_p, with S_p the state entering piece p, D_p the product of its windows' decays
+D_p ⊙ S_p + F_p, with S_p the state entering piece p, D_p the product of its segments' decays
 (per key channel) and F_p its state walked from zero. So the chain walks every piece from zero at
-once (its finals F_p), a short host loop forms the entries in sequence order, and the chain walks
-every piece again from its entry, which gives the outputs and the final states. Two walks of a
-piece's length replace one of the sequence's: a gain when a sequence is cut into more than two
-pieces, which the call's (sequence, value head, V tile) walks leave room for when they are fewer
-than the SMs. The first pass runs with the same cuts, so its per-piece decay rows match the
-chain's (γ restarts at every window anyway: its products do not change).
+once (its finals F_p), a short loop of element-wise steps forms the entries in sequence order, and
+the chain walks every piece again from its entry, which gives the outputs and the final states.
+Two walks of a piece replace one of the sequence: a gain when the longest sequence is more than
+twice the longest piece. Pieces end at window boundaries, so the decay row of each window a piece
+covers is one of its segments', and the first pass, run with the same cuts, forms the same
+products (γ restarts at every window anyway).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from tileops.callspec import CallSpec
 from tileops.kernels.hardware import sm_count
+from tileops.kernels.plans.pieces import to_device
 
 MIN_WINDOWS = 16  # the fewest windows a piece spans: below, a walk is too short to pay for the second
 
 
-def pieces_per_sequence(batch: int, windows: int, tiles: int, sms: int) -> int:
-    """How many pieces to cut each of ``batch`` sequences of ``windows`` C-token windows into (1: no
-    cut), for ``tiles`` CTAs a walk (value heads × V tiles): a power of two dividing ``windows``, so
-    that the pieces' windows are whole, with the walks filling two CTAs an SM at most."""
-    pieces = 1
-    while (batch * tiles * pieces * 2 <= 2 * sms and windows % (pieces * 2) == 0
-           and windows // (pieces * 2) >= MIN_WINDOWS):
-        pieces *= 2
-    return pieces if pieces > 2 else 1
+def piece_windows(lengths: tuple[int, ...], chunk: int, tiles: int, sms: int) -> int:
+    """The windows a piece spans when sequences of ``lengths`` tokens are cut (0: no cut), for
+    ``tiles`` CTAs a walk (value heads × V tiles): the pieces of all sequences about fill two CTAs
+    an SM, none shorter than MIN_WINDOWS, and the cut pays (two walks of a piece are shorter than
+    the longest sequence's one)."""
+    windows = [-(-n // chunk) for n in lengths]
+    slots = max(2 * sms // tiles, 1)
+    width = max(MIN_WINDOWS, -(-sum(windows) // slots))
+    return width if 2 * width < max(windows, default=0) else 0
+
+
+@dataclass(frozen=True)
+class CutPlan:
+    """Sequences of known lengths cut into pieces, on the device. ``bounds``: the pieces as packed
+    sequences (int32 [P + 1]). ``steps``: per rank r ≥ 1 of a piece in its sequence, (the pieces of
+    rank r, the decay rows of the piece before each [n, widest], padded with row −1 of a table
+    whose last row is ones). ``first`` and ``last``: each sequence's first and last piece.
+    ``pinned``: the host tables the device ones were copied from (live while a CUDA graph replays
+    the copies)."""
+
+    bounds: torch.Tensor
+    steps: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    first: torch.Tensor
+    last: torch.Tensor
+    pinned: tuple
+
+    @property
+    def count(self) -> int:
+        return self.bounds.shape[0] - 1
+
+
+@functools.lru_cache(maxsize=64)
+def cut_plan(lengths: tuple[int, ...], width: int, chunk: int, device: torch.device) -> CutPlan:
+    """The pieces of sequences of ``lengths`` packed in that order, each cut at every ``width``-th
+    window boundary after its first window's start."""
+    bounds, rows, rank, first, last = [0], [], [], [], []
+    start = 0
+    for n in lengths:
+        end = start + n
+        first.append(len(bounds) - 1)
+        cut = (start // chunk + width) * chunk
+        r = 0
+        while True:
+            piece_end = min(cut, end)
+            rows.append(list(range(bounds[-1] // chunk, -(-piece_end // chunk))))
+            rank.append(r)
+            bounds.append(piece_end)
+            if piece_end == end:
+                break
+            cut += width * chunk
+            r += 1
+        last.append(len(bounds) - 2)
+        start = end
+    widest = max(len(w) for w in rows)
+    steps, pinned = [], []
+    for r in range(1, max(rank) + 1):
+        pieces = [p for p in range(len(rank)) if rank[p] == r]
+        table = torch.full((len(pieces), widest), -1, dtype=torch.int64)
+        for i, p in enumerate(pieces):
+            table[i, :len(rows[p - 1])] = torch.tensor(rows[p - 1])
+        (index, index_host), (window, window_host) = (to_device(torch.tensor(pieces), device),
+                                                      to_device(table, device))
+        steps.append((index, window))
+        pinned += [index_host, window_host]
+    tables = [to_device(torch.tensor(x, dtype=dtype), device) for x, dtype in
+              ((bounds, torch.int32), (first, torch.int64), (last, torch.int64))]
+    return CutPlan(tables[0][0], tuple(steps), tables[1][0], tables[2][0], tuple(pinned + [t[1] for t in tables]))
+
+
+def piece_entries(plan: CutPlan, finals: torch.Tensor, window_decays: torch.Tensor,
+                  initial: Optional[torch.Tensor]) -> torch.Tensor:
+    """Each piece's entry state [P, HV, K, V] from the pieces' states walked from zero (``finals``,
+    same shape) and every window's decay row ([HV, windows, K]): its sequence's initial state
+    (zeros when ``initial`` is None) for a first piece, then D_p ⊙ S_p + F_p in rank order."""
+    HV, _, K = window_decays.shape
+    ones = torch.ones(HV, 1, K, dtype=window_decays.dtype, device=window_decays.device)
+    decays = torch.cat([window_decays, ones], dim=1)  # row −1: a padding's factor
+    entries = torch.zeros_like(finals)
+    if initial is not None:
+        entries[plan.first] = initial
+    for pieces, windows in plan.steps:  # one rank after the other: each needs the one before
+        decay = decays[:, windows].prod(2).transpose(0, 1).unsqueeze(-1)  # [n, HV, K, 1]
+        entries[pieces] = torch.addcmul(finals[pieces - 1], decay, entries[pieces - 1])
+    return entries
 
 
 def may_cut(spec: CallSpec, block_v: int, delta: bool) -> bool:
-    """Whether some call of ``spec``'s program (any lengths) is cut: GLA's equal lengths with a
-    key-major state, whose one long sequence leaves the SMs room (so the launcher compiles the
-    cut's programs whatever the lengths it is first built for)."""
-    if delta or spec.mode != "prefill" or spec.flag("state_v_first", False):
+    """Whether some call of ``spec``'s program (any lengths) is cut: GLA's prefill with a key-major
+    state, whose one long sequence leaves the SMs room (so the launcher compiles the cut's
+    programs whatever the lengths it is first built for)."""
+    if delta or spec.mode not in ("prefill", "varlen") or spec.flag("state_v_first", False):
         return False
-    return pieces_per_sequence(1, MIN_WINDOWS << 8, walk_tiles(spec, block_v), sm_count(spec.device, spec.arch)) > 1
+    return piece_windows((MIN_WINDOWS << 8,), 1, walk_tiles(spec, block_v), sm_count(spec.device, spec.arch)) > 0
 
 
-def call_pieces(spec: CallSpec, chunk: int, block_v: int, delta: bool) -> int:
-    """``pieces_per_sequence`` for a call (1 when it is not cut)."""
-    if not may_cut(spec, block_v, delta) or spec.tokens % chunk:
-        return 1
-    return pieces_per_sequence(spec.batch, spec.tokens // chunk, walk_tiles(spec, block_v),
-                               sm_count(spec.device, spec.arch))
+def call_width(spec: CallSpec, chunk: int, block_v: int, delta: bool,
+               lengths: Optional[tuple[int, ...]] = None) -> int:
+    """``piece_windows`` for a call (0 when it is not cut): equal lengths, or the ``lengths`` of a
+    packed call (known on the host; without them it is not cut)."""
+    if not may_cut(spec, block_v, delta):
+        return 0
+    if lengths is None:
+        if spec.mode == "varlen":
+            return 0
+        lengths = (spec.tokens,) * spec.batch
+    return piece_windows(lengths, chunk, walk_tiles(spec, block_v), sm_count(spec.device, spec.arch))
 
 
 def walk_tiles(spec: CallSpec, block_v: int) -> int:
     """The chain's CTAs a sequence: value heads × V tiles."""
     return spec.value_heads * (spec.dim_v // block_v)
-
-
-def cut_bounds(batch: int, seq_len: int, pieces: int, device: torch.device) -> torch.Tensor:
-    """The pieces' token offsets as packed sequences (int32 [batch · pieces + 1])."""
-    return torch.arange(0, batch * seq_len + 1, seq_len // pieces, dtype=torch.int32, device=device)
-
-
-def piece_entries(finals: torch.Tensor, window_decays: torch.Tensor, initial: Optional[torch.Tensor],
-                  batch: int, pieces: int) -> torch.Tensor:
-    """Each piece's entry state [batch · pieces, HV, K, V] from the pieces' states walked from zero
-    (``finals``, same shape) and the decay of every window ([HV, windows, K], windows in token
-    order, a whole number a piece): the sequence's initial state (zeros when ``initial`` is None)
-    for its first piece, then D_p ⊙ S_p + F_p, D_p the product of piece p's window decays."""
-    HV, windows, K = window_decays.shape
-    piece_decay = window_decays.view(HV, batch, pieces, windows // (batch * pieces), K).prod(3)
-    finals = finals.view(batch, pieces, *finals.shape[1:])
-    entries = torch.empty_like(finals)
-    entries[:, 0] = 0.0 if initial is None else initial
-    for p in range(1, pieces):
-        decay = piece_decay[:, :, p - 1].transpose(0, 1).unsqueeze(-1)  # [batch, HV, K, 1]
-        torch.addcmul(finals[:, p - 1], decay, entries[:, p - 1], out=entries[:, p])  # one kernel a step
-    return entries.view(batch * pieces, *finals.shape[2:])
