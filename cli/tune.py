@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-import click
 import typer
 from rich.markup import escape
 
@@ -70,6 +69,10 @@ def tune(
         except ValueError as err:
             console.print(f"[red]error:[/red] {err}")
             raise typer.Exit(2)
+        except KeyboardInterrupt:
+            console.print("interrupted: the run is recorded as interrupted; winners of finished keys are kept",
+                          soft_wrap=True, highlight=False)
+            raise typer.Exit(130) from None
     if compile_only:
         import tilelang
 
@@ -80,25 +83,17 @@ def tune(
 
 
 def main() -> None:
-    """Console-script entry point: database faults, a full disk and Ctrl-C end in one line."""
+    """Console-script entry point: database faults, a full disk and Ctrl-C end in one line; usage
+    errors are Typer's own (its standalone mode, whichever click it carries)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from tileops.db.errors import StoreError
 
     try:
-        app(standalone_mode=False)
-    except KeyboardInterrupt:
-        console.print("interrupted: the run is recorded as interrupted; winners of finished keys are kept",
-                      soft_wrap=True, highlight=False)
-        raise SystemExit(130) from None
+        app()
     except (StoreError, SQLAlchemyError, OSError) as error:
         console.print(f"[red]error:[/red] {escape(printable(one_line(error)))}", soft_wrap=True, highlight=False)
         raise SystemExit(1) from None
-    except click.exceptions.Exit as done:
-        raise SystemExit(done.exit_code) from None
-    except click.ClickException as usage:
-        usage.show()
-        raise SystemExit(usage.exit_code) from None
 
 
 def one_line(error: BaseException) -> str:

@@ -110,3 +110,13 @@ def test_tune_and_bench_fail_in_one_line(tmp_path):
                            text=True, timeout=120)
     assert bench.returncode == 1 and "Traceback" not in bench.stderr
     assert "no CUDA device" in bench.stdout + bench.stderr
+
+
+@pytest.mark.parametrize("args, words", [(["--op", "nope"], "unknown op 'nope'"),
+                                         (["--trials", "x"], "valid integer")])
+def test_tune_usage_errors_say_what_is_wrong_without_a_traceback(args, words):
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
+    tune = subprocess.run([sys.executable, "-m", "tileops.cli.tune", "--arch", "cpu", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert tune.returncode == 2 and "Traceback" not in tune.stderr
+    assert words in tune.stderr
