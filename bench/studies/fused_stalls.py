@@ -1,12 +1,12 @@
-"""Where the fused GDN prefill kernel's warps stall, by warp role and by section, from Nsight Compute.
+"""Where a kernel's warps stall, by warp role and by section, from Nsight Compute.
 
     ncu -k regex:fused --launch-count 1 --section WarpStateStats --section SourceCounters -o rep \\
         python bench/studies/gdn_prefill_dev.py --profile
     ncu --import rep.ncu-rep --page source --csv --print-source sass > source.csv
     python bench/studies/fused_stalls.py source.csv [--min 0.5] [--also MOVM]
 
-The kernel's machine code holds the first-pass warpgroup's part, then, from the state
-warpgroups' register allocation (``USETMAXREG.TRY_ALLOC``) on, theirs. For each role this sums
+In the fused GDN prefill kernel the machine code holds the first-pass warpgroup's part, then, from the state
+warpgroups' register allocation (``USETMAXREG.TRY_ALLOC``) on, theirs; a kernel without that hand-over (the channel families' first pass) is one role. For each role this sums
 the warp-stall samples by reason, then by section: the instructions up to and including the next
 wait for the tensor cores, barrier, mbarrier wait or branch (``--also``: more opcodes that end a
 section, a regular expression; ``MOVM`` splits the first pass's decays from its inverse).
@@ -54,10 +54,10 @@ def sections(header: list[str], rows: list[list[str]], also: str = "") -> dict[s
     column = {name: i for i, name in enumerate(header)}
     reasons = [name for name in header if name.startswith("stall_") and "Not Issued" not in name]
     split = next((i for i, row in enumerate(rows) if HANDOVER in row[column["Source"]]), None)
-    if split is None:
-        sys.exit(f"no {HANDOVER}: not a warp-specialised kernel with a register hand-over")
+    roles = ((("first pass", rows[:split]), ("state warpgroups", rows[split:])) if split is not None
+             else (("all warps", rows),))
     out = {}
-    for role, part in (("first pass", rows[:split]), ("state warpgroups", rows[split:])):
+    for role, part in roles:
         found, current = [], None
         for row in part:
             source = row[column["Source"]]

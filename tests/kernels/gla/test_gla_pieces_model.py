@@ -1,7 +1,7 @@
 """GLA's few long sequences cut into pieces (``plans.channel_pieces``), as tl.gla_prefill runs
 them, in float64: the launcher's own ``cut_plan``, the first pass with the pieces as packed
-sequences, the chain from zero, the launcher's own ``piece_entries``, the chain again from the
-entries; against the reference on the uncut sequences (equal and packed, starting and ending
+sequences, the chain from zero, the entries as ``programs.channel_entries`` forms them (from the
+plan's tables, the windows' decay rows and the pieces' finals), the chain again from the entries; against the reference on the uncut sequences (equal and packed, starting and ending
 inside windows), under every gate kind. Then how long a call's pieces are, and the plan's words."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig, plan
-from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, cut_plan, piece_entries, piece_windows
+from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, cut_plan, piece_windows
 from tileops.reference.gla.chunk import chunk_gla
 from tests.kernels.kda.prefill_model import C, F64, chain, first_pass
 from tests.kernels.kda.test_kda_prefill_model import GATES, gates, relative
@@ -22,6 +22,24 @@ CUTS = [  # (lengths, the windows a piece spans)
     ((5 * C + 17, 3 * C - 40, 40, 9 * C + 3), 2),  # packed, starting and ending inside windows
     ((7 * C + 1,), 3),  # a last piece of one token
 ]
+
+
+def entries_model(plan, finals, decay, initial):
+    """``programs.channel_entries`` step for step: per sequence, its first piece's entry is the
+    initial state (zeros without one), then S_{p+1} = D_p ⊙ S_p + F_p, D_p the product of the decay
+    rows of the windows piece p spans."""
+    bounds, first, last = (t.tolist() for t in (plan.bounds, plan.first, plan.last))
+    entries = torch.empty_like(finals)
+    for n, (a, b) in enumerate(zip(first, last)):
+        state = torch.zeros_like(finals[0]) if initial is None else initial[n].clone()
+        entries[a] = state
+        for p in range(a, b):
+            d = torch.ones(decay.shape[0], decay.shape[2], dtype=F64)
+            for w in range(bounds[p] // C, -(-bounds[p + 1] // C)):
+                d = d * decay[:, w]
+            state = d[..., None] * state + finals[p]
+            entries[p + 1] = state
+    return entries
 
 
 @pytest.mark.parametrize("kind", GATES)
@@ -42,7 +60,7 @@ def test_the_cut_schedule_is_the_recurrence(kind, with_state, lengths, width):
     flat = [x[0] for x in (q, k, v, g)]
     first = first_pass(flat[0], flat[1], flat[3], None, bounds, scale=scale)
     _, from_zero = chain(first, flat[2], bounds)
-    entries = piece_entries(plan, from_zero, first[5][:, :-(-T // C)], h0)
+    entries = entries_model(plan, from_zero, first[5], h0)
     o, finals = chain(first, flat[2], bounds, entries)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     ref_o, ref_final, _ = chunk_gla(q, k, v, g, scale=scale, initial_state=h0, cu_seqlens=cu, chunk_size=C)

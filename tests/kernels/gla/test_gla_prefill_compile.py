@@ -67,6 +67,9 @@ def test_few_long_sequences_compile_their_cut_as_packed_sequences():
     for program in (long_one.cut_prep, long_one.cut_chain):
         assert "cu_seqlens" in program.get_kernel_source()
         assert_fits_an_sm(program, launch_smem(program))
+    # The entries: a thread's row of a 32-column tile in registers, no shared memory, no spills.
+    usage = assert_fits_an_sm(long_one.cut_entries)
+    assert usage.registers <= 96 and {"pieces", "seqs"} <= runtime_dims(long_one.cut_entries)
     # Built for four sequences, or for packed ones, the launcher still cuts a long one that comes later.
     for built_for in (spec(), spec(mode="varlen", batch=1)):
         assert ChannelPrefillLauncher(ChannelPrefillConfig(), built_for, delta=False).cut_plan((32768,), cpu).count == 8

@@ -21,7 +21,7 @@ from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CO
                                                      query_scale, sequences, transform_flags)
 from tileops.kernels.launch.compiled import Program, compiled
 from tileops.kernels.hardware import sm_count
-from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan, may_cut, piece_entries, piece_windows, walk_tiles
+from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan, may_cut, piece_windows, walk_tiles
 from tileops.kernels.plans.packing import packed
 
 
@@ -46,6 +46,12 @@ def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = Tr
     return compiled("tileops.kernels.programs.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
 
 
+def compile_channel_entries(config: KernelConfig, spec: CallSpec) -> Program:
+    """The entry states of cut pieces from their walks from zero (exact fp32 arithmetic)."""
+    args = dict(value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v, chunk=config.chunk_size)
+    return compiled("tileops.kernels.programs.channel_entries:channel_entries_program", args, spec.arch, PASS_CONFIGS)
+
+
 class ChannelPrefillLauncher:
     """``launch(q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)``, g
     [B, T, HV, K]; A_log [HV] and dt_bias [HV · K] or [HV, K] (zeros where absent). Without
@@ -66,11 +72,12 @@ class ChannelPrefillLauncher:
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
         # GLA's few long sequences: both passes again for the pieces, as packed sequences.
-        self.cut_prep = self.cut_chain = None
+        self.cut_prep = self.cut_chain = self.cut_entries = None
         if may_cut(spec, config.block_v, delta):
             packed_spec = dataclasses.replace(spec, mode="varlen")
             self.cut_prep = compile_channel_prep(config, packed_spec, delta)
             self.cut_chain = compile_channel_chain(config, packed_spec, delta)
+            self.cut_entries = compile_channel_entries(config, spec)
         self.tiles = walk_tiles(spec, config.block_v)
         self.sms = sm_count(spec.device, spec.arch)
 
@@ -138,12 +145,12 @@ class ChannelPrefillLauncher:
     def cut(self, plan, first, firsts, walk, flat_o, o, final, has_init):
         """The call with its sequences cut as ``plan`` says (``plans.channel_pieces``): the first
         pass and a walk from zero for every piece, the entries, the walk again from them."""
-        W = -(-flat_o.shape[0] // self.config.chunk_size)
         self.cut_prep(*first, plan.bounds, *firsts)
         qo, ks, v, m, decay, h0 = walk
         states = torch.empty(plan.count, *final.shape[1:], dtype=final.dtype, device=final.device)
         self.cut_chain(qo, ks, v, m, decay, states, plan.bounds, flat_o, states, 0)
-        entries = piece_entries(plan, states, decay[:, :W], h0 if has_init else None)
+        entries = torch.empty_like(states)
+        self.cut_entries(states, decay, h0, plan.bounds, plan.first, plan.last, int(has_init), entries)
         self.cut_chain(qo, ks, v, m, decay, entries, plan.bounds, flat_o, states, 1)
         torch.index_select(states, 0, plan.last, out=final)
         return o, final

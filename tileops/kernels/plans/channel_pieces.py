@@ -3,8 +3,8 @@
 Without the delta rule a segment's transition is diagonal: the state entering piece p + 1 is
 D_p ⊙ S_p + F_p, with S_p the state entering piece p, D_p the product of its segments' decays
 (per key channel) and F_p its state walked from zero. So the chain walks every piece from zero at
-once (its finals F_p), a short loop of element-wise steps forms the entries in sequence order, and
-the chain walks every piece again from its entry, which gives the outputs and the final states.
+once (its finals F_p), one small program forms the entries in sequence order
+(``programs.channel_entries``), and the chain walks every piece again from its entry, which gives the outputs and the final states.
 Two walks of a piece replace one of the sequence: a gain when the longest sequence is more than
 twice the longest piece. Pieces end at window boundaries, so the decay row of each window a piece
 covers is one of its segments', and the first pass, run with the same cuts, forms the same
@@ -39,15 +39,12 @@ def piece_windows(lengths: tuple[int, ...], chunk: int, tiles: int, sms: int) ->
 
 @dataclass(frozen=True)
 class CutPlan:
-    """Sequences of known lengths cut into pieces, on the device. ``bounds``: the pieces as packed
-    sequences (int32 [P + 1]). ``steps``: per rank r ≥ 1 of a piece in its sequence, (the pieces of
-    rank r, the decay rows of the piece before each [n, widest], padded with row −1 of a table
-    whose last row is ones). ``first`` and ``last``: each sequence's first and last piece.
+    """Sequences of known lengths cut into pieces, on the device (int32). ``bounds``: the pieces as
+    packed sequences [P + 1]; ``first`` and ``last``: each sequence's first and last piece [N].
     ``pinned``: the host tables the device ones were copied from (live while a CUDA graph replays
     the copies)."""
 
     bounds: torch.Tensor
-    steps: tuple[tuple[torch.Tensor, torch.Tensor], ...]
     first: torch.Tensor
     last: torch.Tensor
     pinned: tuple
@@ -61,55 +58,21 @@ class CutPlan:
 def cut_plan(lengths: tuple[int, ...], width: int, chunk: int, device: torch.device) -> CutPlan:
     """The pieces of sequences of ``lengths`` packed in that order, each cut at every ``width``-th
     window boundary after its first window's start."""
-    bounds, rows, rank, first, last = [0], [], [], [], []
+    bounds, first, last = [0], [], []
     start = 0
     for n in lengths:
         end = start + n
         first.append(len(bounds) - 1)
         cut = (start // chunk + width) * chunk
-        r = 0
         while True:
-            piece_end = min(cut, end)
-            rows.append(list(range(bounds[-1] // chunk, -(-piece_end // chunk))))
-            rank.append(r)
-            bounds.append(piece_end)
-            if piece_end == end:
+            bounds.append(min(cut, end))
+            if bounds[-1] == end:
                 break
             cut += width * chunk
-            r += 1
         last.append(len(bounds) - 2)
         start = end
-    widest = max(len(w) for w in rows)
-    steps, pinned = [], []
-    for r in range(1, max(rank) + 1):
-        pieces = [p for p in range(len(rank)) if rank[p] == r]
-        table = torch.full((len(pieces), widest), -1, dtype=torch.int64)
-        for i, p in enumerate(pieces):
-            table[i, :len(rows[p - 1])] = torch.tensor(rows[p - 1])
-        (index, index_host), (window, window_host) = (to_device(torch.tensor(pieces), device),
-                                                      to_device(table, device))
-        steps.append((index, window))
-        pinned += [index_host, window_host]
-    tables = [to_device(torch.tensor(x, dtype=dtype), device) for x, dtype in
-              ((bounds, torch.int32), (first, torch.int64), (last, torch.int64))]
-    return CutPlan(tables[0][0], tuple(steps), tables[1][0], tables[2][0], tuple(pinned + [t[1] for t in tables]))
-
-
-def piece_entries(plan: CutPlan, finals: torch.Tensor, window_decays: torch.Tensor,
-                  initial: Optional[torch.Tensor]) -> torch.Tensor:
-    """Each piece's entry state [P, HV, K, V] from the pieces' states walked from zero (``finals``,
-    same shape) and every window's decay row ([HV, windows, K]): its sequence's initial state
-    (zeros when ``initial`` is None) for a first piece, then D_p ⊙ S_p + F_p in rank order."""
-    HV, _, K = window_decays.shape
-    ones = torch.ones(HV, 1, K, dtype=window_decays.dtype, device=window_decays.device)
-    decays = torch.cat([window_decays, ones], dim=1)  # row −1: a padding's factor
-    entries = torch.zeros_like(finals)
-    if initial is not None:
-        entries[plan.first] = initial
-    for pieces, windows in plan.steps:  # one rank after the other: each needs the one before
-        decay = decays[:, windows].prod(2).transpose(0, 1).unsqueeze(-1)  # [n, HV, K, 1]
-        entries[pieces] = torch.addcmul(finals[pieces - 1], decay, entries[pieces - 1])
-    return entries
+    tables = [to_device(torch.tensor(x, dtype=torch.int32), device) for x in (bounds, first, last)]
+    return CutPlan(*(device_table for device_table, _ in tables), tuple(host for _, host in tables))
 
 
 def may_cut(spec: CallSpec, block_v: int, delta: bool) -> bool:

@@ -1,0 +1,61 @@
+"""The entry states of GLA's cut pieces (``plans.channel_pieces``), on the device in one launch.
+
+Without the delta rule a piece's transition is diagonal: the state entering piece p + 1 of a
+sequence is D_p ⊙ S_p + F_p, D_p the product of the decay rows of the windows piece p covers (one
+per key channel) and F_p its walk from zero. One CTA per (V tile, value head, sequence) walks the
+sequence's pieces in order, a thread per key channel holding its row of the tile in registers:
+fp32 multiplies and adds only, a few microseconds against the walks around it (the same steps as
+PyTorch operations cost the host about a millisecond a call).
+"""
+
+import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
+
+BLOCK = 32  # state columns a thread carries
+
+
+def channel_entries_program(*, value_heads: int, dim_k: int, dim_v: int, chunk: int):
+    """The TileLang program: ``finals`` [P, HV, K, V] (each piece walked from zero), ``decay``
+    [HV, rows, K] (row w: the decay of window w's last segment), ``initial`` [N or more, HV, K, V]
+    (read only with ``has_init``), the pieces' token ``bounds`` [P + 1] and each sequence's
+    ``first`` and ``last`` piece [N] (int32), ``has_init``, then ``entries`` [P, HV, K, V]: a first
+    piece's is its sequence's initial state (zeros without one). Grid: (V / BLOCK, HV, N)."""
+    HV, K, V, C = value_heads, dim_k, dim_v, chunk
+    assert V % BLOCK == 0
+    f32 = "float32"
+    pieces, rows, init_rows = T.dynamic("pieces"), T.dynamic("decay_rows"), T.dynamic("init_rows")
+    seqs, bound_rows = T.dynamic("seqs"), T.dynamic("bound_rows")
+
+    @T.prim_func
+    def channel_entries(
+        finals: T.Tensor([pieces, HV, K, V], f32),
+        decay: T.Tensor([HV, rows, K], f32),
+        initial: T.Tensor([init_rows, HV, K, V], f32),
+        bounds: T.Tensor([bound_rows], "int32"),
+        first: T.Tensor([seqs], "int32"),
+        last: T.Tensor([seqs], "int32"),
+        has_init: T.int32,
+        entries: T.Tensor([pieces, HV, K, V], f32),
+    ):
+        with T.Kernel(V // BLOCK, HV, seqs, threads=K) as (b, hv, n):
+            c = T.get_thread_binding()
+            v0 = b * BLOCK
+            state = T.alloc_local([BLOCK], f32)
+            d = T.alloc_var(f32)
+            if has_init > 0:
+                for j in T.vectorized(BLOCK):
+                    state[j] = initial[n, hv, c, v0 + j]
+            else:
+                for j in T.vectorized(BLOCK):
+                    state[j] = 0.0
+            for j in T.vectorized(BLOCK):
+                entries[first[n], hv, c, v0 + j] = state[j]
+            for p in T.serial(first[n], last[n]):  # piece p hands its end state to piece p + 1
+                d = 1.0
+                for w in T.serial(bounds[p] // C, T.ceildiv(bounds[p + 1], C)):
+                    d = d * decay[hv, w, c]
+                for j in T.vectorized(BLOCK):
+                    state[j] = d * state[j] + finals[p, hv, c, v0 + j]
+                for j in T.vectorized(BLOCK):
+                    entries[p + 1, hv, c, v0 + j] = state[j]
+
+    return channel_entries
