@@ -101,6 +101,9 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &
         run_group tests/kernels/gla/test_gla_chunk_fwd_gpu.py &
+        for k in "state-dht" "neither" "strongest" "weak" "one-chunk" "graph"; do
+            run_group tests/kernels/gla/test_gla_chunk_bwd_gpu.py -k "$k" &
+        done
     else
         run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
         run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &

@@ -57,24 +57,42 @@ def inputs(case: dict) -> dict:
 
 
 def train_inputs(case: dict, device: str = "cuda") -> dict:
-    """Random inputs of a training row (same distributions as ours), BHSD as our ops take them:
-    q, k (normalised), v and the output's gradient do in the row's dtype, betas in (0, 1) in fp32
-    (float64 for a float64 row)."""
+    """Random inputs of a training row (same distributions as ours), in the layout our ops take:
+    q, k (normalised), v and the output's gradient do in the row's dtype, with DeltaNet's betas in
+    (0, 1) (BHSD) or GLA's log decays (BTHD), in fp32 (float64 for a float64 row)."""
     gen = torch.Generator(device=device).manual_seed(1)
-    shape = (case["batch"], case["heads"], case["tokens"], case["dim"])
+    gla = case["op"] == "gla"
+    b, t, h, d = case["batch"], case["tokens"], case["heads"], case["dim"]
+    shape = (b, t, h, d) if gla else (b, h, t, d)
     dt = getattr(torch, case["dtype"])
     q = torch.randn(shape, device=device, generator=gen).to(dt)
     k = F.normalize(torch.randn(shape, device=device, generator=gen), dim=-1).to(dt)
     v = torch.randn(shape, device=device, generator=gen).to(dt)
-    beta = torch.rand(shape[:3], device=device, generator=gen) * 0.9 + 0.05
+    if gla:
+        x = log_decays("benchmark", shape, lambda s: torch.randn(*s, device=device, generator=gen),
+                       lambda s: torch.rand(*s, device=device, generator=gen), 16)
+    else:
+        x = torch.rand(shape[:3], device=device, generator=gen) * 0.9 + 0.05
     do = torch.randn(shape, device=device, generator=gen).to(dt)
-    return dict(q=q, k=k, v=v, beta=beta.to(torch.float64 if dt == torch.float64 else torch.float32), do=do)
+    x = x.to(torch.float64 if dt == torch.float64 else torch.float32)
+    return dict(q=q, k=k, v=v, do=do, **({"g": x} if gla else {"beta": x}))
 
 
 def fla_train_runner(x: dict):
-    """FLA's training step: chunk_delta_rule's forward (BTHD, scale 1: our ops apply none) and its
-    backward through autograd, the gradients of q, k, v and beta for ``do`` (torch.autograd.grad:
-    o.backward(do) without accumulating into .grad across repeats). Returns them BTHD."""
+    """FLA's training step: the family's chunked function forward and its backward through autograd,
+    the gradients of q, k, v and beta (DeltaNet: chunk_delta_rule in BTHD, scale 1 as our ops) or
+    g (GLA: chunk_gla, BTHD already, scale K^-1/2) for ``do`` (torch.autograd.grad: o.backward(do)
+    without accumulating into .grad across repeats). Returns them BTHD."""
+    if "g" in x:
+        from fla.ops.gla import chunk_gla
+
+        leaves = [t.detach().clone().requires_grad_() for t in (x["q"], x["k"], x["v"], x["g"])]
+        do, scale = x["do"], x["q"].shape[-1] ** -0.5
+
+        def step():
+            o, _ = chunk_gla(*leaves, scale=scale)
+            return torch.autograd.grad(o, leaves, do)
+        return step
     from fla.ops.delta_rule import chunk_delta_rule
 
     leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (x["q"], x["k"], x["v"], x["beta"])]
@@ -87,12 +105,22 @@ def fla_train_runner(x: dict):
 
 
 def tileops_train_runner(x: dict):
-    """The published TileOPs training step: its DeltaNetChunkFwdOp, then its DeltaNetChunkBwdOp on
-    what the forward saved (the same API as ours), betas in the token dtype as it takes them."""
+    """The published TileOPs training step: the family's chunked forward op, then its backward op
+    on what the forward saved (the same API as ours), betas and decays in the token dtype as it
+    takes them."""
     import tileops.linear_attention as peer
 
-    forward, backward = peer.DeltaNetChunkFwdOp(), peer.DeltaNetChunkBwdOp()
     q, k, v, do = x["q"], x["k"], x["v"], x["do"]
+    if "g" in x:
+        # Its GLA forward returns (o, final_state, h); its backward takes (do, dfinal_state, q, k, v, g, h).
+        forward, backward = peer.GLAChunkFwdOp(), peer.GLAChunkBwdOp()
+        g = x["g"].to(q.dtype)
+
+        def step():
+            _, final, h = forward(q, k, v, g)
+            return backward(do, torch.zeros_like(final), q, k, v, g, h)
+        return step
+    forward, backward = peer.DeltaNetChunkFwdOp(), peer.DeltaNetChunkBwdOp()
     beta = x["beta"].to(q.dtype)
 
     def step():

@@ -13,10 +13,11 @@ import torch
 
 OP_CLASSES = {"deltanet": "DeltaNetFwdOp", "gdn": "GDNFwdOp", "kda": "KDAFwdOp", "gla": "GLAFwdOp"}
 # A case's entry: None for the family's inference op (OP_CLASSES); "train" for its training step,
-# the chunked forward and then the backward on the forward's saved tensors (BHSD, zero initial
-# state), which a benchmark times as one; "train_fwd" and "train_bwd" for each op of that step
-# alone, one kernel each: what the tuner tunes and a winner records as its call.
-TRAIN_CLASSES = {"deltanet": {"train_fwd": "DeltaNetChunkFwdOp", "train_bwd": "DeltaNetChunkBwdOp"}}
+# the chunked forward and then the backward on the forward's saved tensors (DeltaNet's BHSD, GLA's
+# BTHD; zero initial state), which a benchmark times as one; "train_fwd" and "train_bwd" for each
+# op of that step alone, one kernel each: what the tuner tunes and a winner records as its call.
+TRAIN_CLASSES = {"deltanet": {"train_fwd": "DeltaNetChunkFwdOp", "train_bwd": "DeltaNetChunkBwdOp"},
+                 "gla": {"train_fwd": "GLAChunkFwdOp", "train_bwd": "GLAChunkBwdOp"}}
 ENTRIES = ("train", "train_fwd", "train_bwd")
 # Log decays a benchmark or tuning call draws its gates from: what the kernels whose speed depends
 # on the gates are timed under. "benchmark": logsigmoid(N(0, 1)) / scale (about e^-0.1 a token for
@@ -80,8 +81,8 @@ class Case:
         if self.op not in TRAIN_CLASSES:
             raise ValueError(f"{self.op} has no training ops; {', '.join(TRAIN_CLASSES)} has")
         if self.seqlens or self.value_heads != self.heads:
-            raise ValueError(f"a {self.entry} case takes equal-length sequences with as many value heads as heads "
-                             f"(BHSD), not seqlens={self.seqlens}, heads={self.heads}, value_heads={self.value_heads}")
+            raise ValueError(f"a {self.entry} case takes equal-length sequences with as many value heads as heads, "
+                             f"not seqlens={self.seqlens}, heads={self.heads}, value_heads={self.value_heads}")
 
     @property
     def label(self) -> str:

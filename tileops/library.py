@@ -5,8 +5,8 @@ exported graph names the op and its configuration in plain values. The custom op
 torch.compile (no graph breaks: validation, dispatch and the kernel run inside it), its fake
 implementation is the op's ``_fake``, it mutates and aliases nothing, and its gradient is one more
 custom op, ``tileops::<OpClass>_backward``, that recomputes the call with the PyTorch reference
-under autograd. An op whose family has a backward op (DeltaNet's chunked forward) takes its
-gradient from that op's kernels instead, when the gradient it needs is one that op gives. The
+under autograd. An op whose family has a backward op (DeltaNet's and GLA's chunked forwards) takes
+its gradient from that op's kernels instead, when the gradient it needs is one that op gives. The
 chunk backward ops have no backward.
 """
 

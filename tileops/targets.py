@@ -39,6 +39,7 @@ _BUILTIN_KERNELS: dict[str, tuple[str, ...]] = {
     "GLAFwdOp": ("tl.gla_decode", "tl.gla_prefill"),
     "GLARecurrentFwdOp": ("tl.gla_decode",),
     "GLAChunkFwdOp": ("tl.gla_chunk_fwd",),
+    "GLAChunkBwdOp": ("tl.gla_chunk_bwd",),
 }
 
 _EXTERNAL: dict[tuple[str, str], Callable] = {}

@@ -15,21 +15,24 @@ from tileops.targets import REFERENCE
 
 class TrainingStep:
     """A training step as one callable, what a benchmark times: the chunked forward, then the
-    backward on the tensors it saved. Takes (do, q, k, v, beta); returns the backward's gradients."""
+    backward on what it saved. Takes (do, q, k, v, x), x the betas (DeltaNet) or the log decays
+    (GLA); returns the backward's gradients."""
 
-    def __init__(self, forward: Any, backward: Any) -> None:
-        self.forward, self.backward = forward, backward
+    def __init__(self, op: str, forward: Any, backward: Any) -> None:
+        self.op, self.forward, self.backward = op, forward, backward
 
     def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 beta: torch.Tensor) -> tuple:
-        _, *saved = self.forward(q, k, v, beta)
-        return self.backward(do, q, k, v, beta, *saved)
+                 x: torch.Tensor) -> tuple:
+        if self.op == "gla":
+            return self.backward(q, k, v, x, self.forward(q, k, v, x).h, do, None)
+        _, *saved = self.forward(q, k, v, x)
+        return self.backward(do, q, k, v, x, *saved)
 
 
 def make_op(case: Case, target: Optional[str] = None) -> Any:
     """The op instance a case describes (a ``TrainingStep`` for a training step)."""
     if case.entry == "train":
-        return TrainingStep(*(make_op(call, target) for call in case.calls()))
+        return TrainingStep(case.op, *(make_op(call, target) for call in case.calls()))
     return getattr(la, case.op_class)(**dict(case.flags), target=target)
 
 
@@ -95,27 +98,36 @@ def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> 
 
 
 def _training_inputs(case: Case, seed: int, dtype: torch.dtype) -> tuple:
-    """A training call's arguments, BHSD: the forward's q, k (normalised), v and betas in (0, 1)
-    (fp32, as models compute them); the step's and the backward's start with the output's gradient
-    do, and the backward's end with what the forward saved (S, Aw, Au, w, u), computed by
-    DeltaNetChunkFwdOp on the case's device (by the reference for a float64 call: the gate's)."""
+    """A training call's arguments: the forward's q, k (normalised), v and its betas in (0, 1)
+    (DeltaNet, BHSD) or its log decays as the benchmarks draw them (GLA, BTHD), the betas and
+    decays in fp32 as models compute them; the step's and DeltaNet's backward start with the
+    output's gradient do, and the backward takes what the forward saved (DeltaNet: S, Aw, Au, w, u
+    after its inputs; GLA: q, k, v, g, h, do and no final-state gradient), computed on the case's
+    device (by the reference for a float64 call: the gate's)."""
     gen = torch.Generator().manual_seed(seed)
-    shape = (case.batch, case.heads, case.tokens, case.dim)
+    gla = case.op == "gla"
+    shape = (case.batch, case.tokens, case.heads, case.dim) if gla else (case.batch, case.heads, case.tokens, case.dim)
     q = torch.randn(shape, generator=gen, dtype=torch.float64)
     k = F.normalize(torch.randn(shape, generator=gen, dtype=torch.float64), dim=-1)
     v = torch.randn(shape, generator=gen, dtype=torch.float64)
-    beta = torch.rand(shape[:3], generator=gen, dtype=torch.float64) * 0.9 + 0.05
+    if gla:
+        x = log_decays("benchmark", shape, lambda s: torch.randn(*s, generator=gen, dtype=torch.float64),
+                       lambda s: torch.rand(*s, generator=gen, dtype=torch.float64), 16.0)
+    else:
+        x = torch.rand(shape[:3], generator=gen, dtype=torch.float64) * 0.9 + 0.05
     do = torch.randn(shape, generator=gen, dtype=torch.float64)
     device = torch.device(case.device)
-    q, k, v, do = (x.to(device=device, dtype=dtype) for x in (q, k, v, do))
-    beta = beta.to(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    q, k, v, do = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
+    x = x.to(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
     if case.entry == "train_fwd":
-        return q, k, v, beta
+        return q, k, v, x
     if case.entry == "train":
-        return do, q, k, v, beta
+        return do, q, k, v, x
     forward = make_op(replace(case, entry="train_fwd"), target=REFERENCE if dtype == torch.float64 else None)
-    _, *saved = forward(q, k, v, beta)
-    return (do, q, k, v, beta, *saved)
+    if gla:
+        return q, k, v, x, forward(q, k, v, x).h, do, None
+    _, *saved = forward(q, k, v, x)
+    return (do, q, k, v, x, *saved)
 
 
 def spec_for_arch(case: Case, arch: str, device_name: Optional[str] = None) -> Any:

@@ -26,8 +26,12 @@ def in_float64(args: tuple) -> tuple:
 
 def as_outputs(result: object) -> tuple:
     """An op's result as a tuple of its outputs: a lone tensor is one output, not the rows that
-    ``tuple()`` would split it into."""
-    return (result,) if isinstance(result, torch.Tensor) else tuple(result)
+    ``tuple()`` would split it into; GLA's chunked forward's pair (o, final_state) with the h it
+    carries, as its kernels return all three."""
+    if isinstance(result, torch.Tensor):
+        return (result,)
+    h = getattr(result, "h", None)
+    return tuple(result) + ((h,) if h is not None else ())
 
 
 def worst_error(outputs: tuple, references: tuple) -> float:

@@ -29,7 +29,7 @@ PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
                 Case("kda", 1, sum(_MIXED64), seqlens=_MIXED64, **_KIMI), Case("kda", 256, 1, **_KIMI)),
     },
     # DeltaNet and GLA layers of 16 heads over a 128-wide state: the rows their speed bars name, and
-    # DeltaNet's training step (its chunked forward and backward: two kernels, two keys).
+    # each one's training step (its chunked forward and backward: two kernels, two keys).
     "h16": {
         op: (Case(op, 4, 8192, **_H16), Case(op, 1, 32768, **_H16), Case(op, 256, 1, **_H16))
         + ((Case(op, 4, 4096, entry="train", **_H16),) if op in TRAIN_CLASSES else ())

@@ -1,7 +1,9 @@
 """Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
 (GDN's and DeltaNet's, the chunked training forward's) and the DeltaNet benchmark rows build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
 
-    python bench/tools/compile_gpu_tests.py [--jobs N]
+    python bench/tools/compile_gpu_tests.py [--jobs N] [--ops-only | --gla-backward]
+
+``--gla-backward``: only GLA's chunked backward, its GPU tests' builds and the H16 training row's.
 
 The decode kernels compile in seconds and are left to the GPU machine.
 """
@@ -107,6 +109,23 @@ def chunk_jobs() -> list[tuple]:
             + [job(chunk_bwd, "DeltaNetChunkBwdOp", "chunk_bwd", c) for c in backward_cases])
 
 
+def gla_backward_jobs() -> list[tuple]:
+    """(kernel, config, spec) of GLAChunkBwdOp's GPU tests and of its B4×T4096 H16 training row."""
+    from tileops.kernels.gla import chunk_bwd
+    from tileops.linear_attention import GLAChunkBwdOp
+    from tests.kernels.gla.test_gla_chunk_bwd_gpu import CASES
+
+    shapes = [(c["B"], c["T"], c["H"], c["D"], c["dtype"], c.get("scale", -1.0)) for c in CASES]
+    jobs = []
+    for B, T, H, D, dtype, scale in shapes + [(4, 4096, 16, 128, torch.bfloat16, -1.0)]:
+        q = torch.zeros(B, T, H, D, dtype=dtype)
+        state = torch.zeros(B, T // 64 + 1, H, D, D)
+        spec, _ = GLAChunkBwdOp(scale=scale).describe(q, q, q, q, state, q, None)
+        spec = replace(spec, device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME)
+        jobs.append((chunk_bwd.KERNEL.name, chunk_bwd.KERNEL.default(spec), spec))
+    return jobs
+
+
 def build(job: tuple) -> str:
     from tileops.kernels.registry import get_kernel
 
@@ -119,9 +138,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ops-only", action="store_true", help="only the op-level tests' and benchmark rows' builds")
+    parser.add_argument("--gla-backward", action="store_true", help="only GLA's chunked backward's builds")
     args = parser.parse_args()
+    if args.gla_backward:
+        wanted = gla_backward_jobs()
+    else:
+        wanted = (([] if args.ops_only else [("tl.gdn_prefill", *job) for job in prefill_jobs()]) + op_jobs()
+                  + chunk_jobs())
     jobs, seen = [], set()
-    for name, config, spec in ([] if args.ops_only else [("tl.gdn_prefill", *job) for job in prefill_jobs()]) + op_jobs() + chunk_jobs():
+    for name, config, spec in wanted:
         key = (name, config.to_json(), spec.program_facts)
         if key not in seen:
             seen.add(key)

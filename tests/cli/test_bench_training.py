@@ -1,6 +1,7 @@
-"""tileops-bench's training row: its FLOPs, the table's title, the row reaching the peer process, and
-the peers' training runners (FLA's autograd through chunk_delta_rule in BTHD, TileOPs' two ops)
-giving the delta rule's gradients, checked on CPU with stand-ins for the peers."""
+"""tileops-bench's training rows: their FLOPs, the table's title, the row reaching the peer process,
+and the peers' training runners (FLA's autograd through chunk_delta_rule in BTHD or chunk_gla,
+TileOPs' two ops) giving the delta rule's and GLA's gradients, checked on CPU with stand-ins for
+the peers."""
 
 from __future__ import annotations
 
@@ -33,17 +34,21 @@ def peer_row():
 
 @pytest.fixture
 def peer_bench(monkeypatch):
-    """The peer script loaded from its file, as its own process loads it, with a stand-in for FLA's
-    chunk_delta_rule: autograd through our naive recurrence (BTHD, FLA's signature)."""
+    """The peer script loaded from its file, as its own process loads it, with stand-ins for FLA's
+    chunk_delta_rule and chunk_gla: autograd through our naive recurrences (BTHD, FLA's signatures)."""
     from tileops.reference import recurrent_delta_rule
+    from tileops.reference.gla.naive import recurrent_gla
 
     def chunk_delta_rule(q, k, v, beta, scale=None, **kwargs):
         return recurrent_delta_rule(q, k, v, beta, scale=scale)
 
-    ops = types.ModuleType("fla.ops.delta_rule")
-    ops.chunk_delta_rule = chunk_delta_rule
+    def chunk_gla(q, k, v, g, scale=None, **kwargs):
+        return recurrent_gla(q, k, v, g, scale=scale)
+
+    delta, gla = types.ModuleType("fla.ops.delta_rule"), types.ModuleType("fla.ops.gla")
+    delta.chunk_delta_rule, gla.chunk_gla = chunk_delta_rule, chunk_gla
     for name, module in (("fla", types.ModuleType("fla")), ("fla.ops", types.ModuleType("fla.ops")),
-                         ("fla.ops.delta_rule", ops)):
+                         ("fla.ops.delta_rule", delta), ("fla.ops.gla", gla)):
         monkeypatch.setitem(sys.modules, name, module)
     spec = importlib.util.spec_from_file_location("_peer_bench_under_test", PEER_SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -104,6 +109,54 @@ def test_tileops_training_runner_runs_its_forward_then_its_backward(peer_bench, 
     x = peer_bench.train_inputs(peer_row(ROW), device="cpu")
     grads = peer_bench.tileops_train_runner(x)()
     for grad, want in zip(grads, reference_grads(x)):
+        assert torch.allclose(grad, want)
+
+
+GLA_ROW = Case("gla", 2, 128, 2, 2, 16, "float64", entry="train")
+
+
+def gla_reference_grads(x: dict) -> tuple:
+    """(dq, dk, dv, dg) of our reference GLA chunk ops, BTHD, in float64."""
+    from tileops.linear_attention import GLAChunkBwdOp, GLAChunkFwdOp
+
+    args = (x["q"], x["k"], x["v"], x["g"])
+    h = GLAChunkFwdOp(target="reference")(*args).h
+    return GLAChunkBwdOp(target="reference")(*args, h, x["do"], None)
+
+
+def test_flas_training_runner_gives_glas_gradients(peer_bench, peer_row):
+    x = peer_bench.train_inputs(peer_row(GLA_ROW), device="cpu")
+    assert all(x[n].shape == (2, 128, 2, 16) for n in ("q", "k", "v", "g", "do")) and x["g"].max() < 0
+    grads = peer_bench.fla_train_runner(x)()
+    for grad, want in zip(grads, gla_reference_grads(x)):
+        assert torch.allclose(grad, want, rtol=1e-7, atol=1e-9)
+
+
+def test_tileops_training_runner_calls_glas_ops_in_the_peers_order(peer_bench, peer_row, monkeypatch):
+    """The published TileOPs' GLA ops differ from ours: its forward returns (o, final_state, h) and
+    its backward takes (do, dfinal_state, q, k, v, g, h); a stand-in with that API over our
+    reference ops gives GLA's gradients through the runner."""
+    from tileops.linear_attention import GLAChunkBwdOp, GLAChunkFwdOp
+
+    class PeerFwd:
+        def __call__(self, q, k, v, g):
+            out = GLAChunkFwdOp(target="reference")(q, k, v, g)
+            return out[0], out[1], out.h
+
+    class PeerBwd:
+        def __call__(self, do, dfinal_state, q, k, v, g, h):
+            return GLAChunkBwdOp(target="reference")(q, k, v, g, h, do, dfinal_state)
+
+    import tileops
+
+    x = peer_bench.train_inputs(peer_row(GLA_ROW), device="cpu")
+    expected = gla_reference_grads(x)
+    peer = types.ModuleType("tileops.linear_attention")
+    peer.GLAChunkFwdOp, peer.GLAChunkBwdOp = PeerFwd, PeerBwd
+    monkeypatch.setitem(sys.modules, "tileops.linear_attention", peer)
+    monkeypatch.setattr(tileops, "linear_attention", peer)
+    grads = peer_bench.tileops_train_runner(x)()
+    for grad, want in zip(grads, expected):
         assert torch.allclose(grad, want)
 
 

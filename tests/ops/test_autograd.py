@@ -170,3 +170,40 @@ def test_the_chunked_forward_takes_its_gradient_from_the_backward_op():
     finally:
         la.unregister_target("spy", la.DeltaNetChunkFwdOp)
         la.unregister_target("spy", la.DeltaNetChunkBwdOp)
+
+
+def test_glas_chunked_forward_takes_its_gradient_from_the_backward_op():
+    """Trained through o and the final state, GLAChunkFwdOp's gradient is GLAChunkBwdOp's (the
+    kernel on a GPU) and equals autograd through the recurrence; with an initial state (whose
+    gradient the backward op does not give) the reference gives all of them."""
+    from tileops.reference.gla.naive import recurrent_gla
+
+    calls = []
+    forward, backward = la.GLAChunkFwdOp(2, target="reference"), la.GLAChunkBwdOp(2, target="reference")
+
+    def spy(*args):
+        calls.append(len(args))
+        return backward(*args)
+
+    la.register_target("spy", la.GLAChunkFwdOp, lambda *args: (lambda out: (*out, out.h))(forward(*args)))
+    la.register_target("spy", la.GLAChunkBwdOp, spy)
+    try:
+        _, fwd = valid_call("GLAChunkFwdOp", gen(22), B=1, T=6, H=2, K=3, V=2, chunk_size=2)
+        op = la.GLAChunkFwdOp(2, target="spy")
+        for with_state in (False, True):
+            initial = 0.1 * torch.randn(1, 2, 3, 2, dtype=torch.float64, generator=gen(23)) if with_state else None
+            inputs = dict(fwd, initial_state=initial)
+            leaves = {n: x.clone().requires_grad_() if x is not None else None for n, x in inputs.items()}
+            o, final = op(**leaves)
+            (o.square().sum() + final.sin().sum()).backward()
+            want = {n: x.clone().requires_grad_() if x is not None else None for n, x in inputs.items()}
+            o2, final2 = recurrent_gla(want["q"], want["k"], want["v"], want["g"], scale=3 ** -0.5,
+                                       initial_state=want["initial_state"])
+            (o2.square().sum() + final2.sin().sum()).backward()
+            assert calls == [7], with_state  # the backward op ran once, without the initial state only
+            for n, x in leaves.items():
+                if x is not None:
+                    torch.testing.assert_close(x.grad, want[n].grad)
+    finally:
+        la.unregister_target("spy", la.GLAChunkFwdOp)
+        la.unregister_target("spy", la.GLAChunkBwdOp)

@@ -1,4 +1,4 @@
-"""Training cases: a Case names DeltaNet's training step (entry "train") and each of its two op calls;
+"""Training cases: a Case names DeltaNet's or GLA's training step (entry "train") and each of its two op calls;
 the inference cases keep their JSON, labels and keys; the tuner plans, feeds, gates and tunes the
 chunked forward and backward as two kernels with their own keys."""
 
@@ -66,7 +66,7 @@ def test_a_training_case_round_trips_and_says_what_it_is():
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(op="gdn", entry="train"), "gdn has no training ops; deltanet has"),
+    (dict(op="gdn", entry="train"), "gdn has no training ops; deltanet, gla has"),
     (dict(entry="step"), "case entry 'step' is not one of train, train_fwd, train_bwd"),
     (dict(entry="train", value_heads=32), "as many value heads as heads"),
     (dict(entry="train", seqlens=(64, 64)), "equal-length sequences"),
@@ -102,8 +102,8 @@ def test_the_h16_preset_holds_the_training_row_and_a_row_can_name_it():
     assert explicit == Case("deltanet", 1, 128, 2, 2, 16, "float32", entry="train")
     [prefill] = cases_for("deltanet", "cpu", ["cpu-small:B2xT256xH2"], None, None)
     assert prefill.entry is None, "a plain shape still names the inference row"
-    with pytest.raises(ValueError, match="gla has no training ops"):
-        cases_for("gla", "cpu", ["train-B1xT128xH2"], 16, "float32")
+    with pytest.raises(ValueError, match="kda has no training ops"):
+        cases_for("kda", "cpu", ["train-B1xT128xH2"], 16, "float32")
 
 
 def test_training_inputs_have_the_specs_shapes_and_the_backward_runs_on_them():
@@ -148,11 +148,12 @@ def test_float64_training_inputs_come_from_the_reference():
     assert torch.allclose(args[5], make_inputs(bwd, seed=1)[5].double(), atol=1e-4)
 
 
+@pytest.mark.parametrize("op", ["deltanet", "gla"])
 @pytest.mark.parametrize("entry", ["train_fwd", "train_bwd"])
-def test_a_training_candidate_passes_the_gate_with_every_output_checked(entry):
+def test_a_training_candidate_passes_the_gate_with_every_output_checked(op, entry):
     from tileops.tuner.evaluate import Job, evaluate, gate_case
 
-    case = Case("deltanet", 1, 192, 2, 2, 16, "float32", entry=entry)
+    case = Case(op, 1, 192, 2, 2, 16, "float32", entry=entry)
     assert gate_case(Case("deltanet", 8, 4096, 2, 2, 16, entry=entry)).tokens % 64 == 0
     [(_, task, _)] = plan(case, "cpu", "cpu")
     outcome = evaluate(Job(task.kernel.name, task.kernel.default(task.spec).to_json(), case.to_json(), seed=2))
@@ -167,6 +168,9 @@ def test_the_gate_checks_every_output_of_a_tuple():
     assert worst_error((a, 1.1 * b), (a, b)) == pytest.approx(0.1)
     assert worst_error((a,), (a, b)) == float("inf"), "a missing output fails the gate"
     assert len(as_outputs(a)) == 1 and as_outputs([a, b])[1] is b
+    from tileops.linear_attention.gla import GLAChunkResult
+
+    assert as_outputs(GLAChunkResult(a, b, 2 * a))[2].equal(2 * a), "GLA's h is checked with o and the final state"
 
 
 def test_the_cpu_tuner_tunes_both_training_kernels_and_stores_their_calls(tmp_path):
@@ -189,3 +193,47 @@ def test_the_cpu_tuner_tunes_both_training_kernels_and_stores_their_calls(tmp_pa
     for record in winners:
         check(record)
         compile_winner(record)
+
+
+GLA_SMALL = Case("gla", 2, 128, 2, 2, 16, "float32", entry="train")
+
+
+def test_glas_training_step_is_its_chunked_ops_with_their_own_keys():
+    assert Case("gla", 4, 4096, 16, 16, 128, "bfloat16", entry="train") in cases_for_gla_h16()
+    fwd, bwd = GLA_SMALL.calls()
+    assert (fwd.op_class, bwd.op_class) == ("GLAChunkFwdOp", "GLAChunkBwdOp")
+    tasks = plan(Case("gla", 2, 128, 2, 2, 64, "bfloat16", device="cuda", entry="train"), "sm90", "NVIDIA H200")
+    assert [(call.entry, task.kernel.name) for call, task, _ in tasks] == [
+        ("train_fwd", "tl.gla_chunk_fwd"), ("train_bwd", "tl.gla_chunk_bwd")]
+    assert [task.kernel.name for _, task, _ in plan(GLA_SMALL, "cpu", "cpu")] == [
+        "reference.gla_chunk_fwd", "reference.gla_chunk_bwd"]
+
+
+def cases_for_gla_h16():
+    from tileops.tuner.presets import cases_for
+
+    return cases_for("gla", "sm90", [], None, None)
+
+
+def test_glas_training_inputs_are_bthd_and_the_step_gives_the_recurrences_gradients():
+    from tileops.reference.gla.naive import recurrent_gla
+
+    B, T, H, D = 2, 128, 2, 16
+    fwd_case, bwd_case = GLA_SMALL.calls()
+    q, k, v, g = make_inputs(fwd_case, seed=3)
+    assert [x.shape for x in (q, k, v, g)] == [(B, T, H, D)] * 4 and g.dtype == torch.float32
+    assert torch.allclose(k.norm(dim=-1), torch.ones(B, T, H)) and g.max() < 0 and g.abs().sum() > 0
+    args = make_inputs(bwd_case, seed=3)
+    q2, k2, v2, g2, h, do, dht = args
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v, g), (q2, k2, v2, g2))), "the same draw"
+    assert h.shape == (B, T // 64 + 1, H, D, D) and do.shape == (B, T, H, D) and dht is None
+    step = make_op(GLA_SMALL)
+    assert isinstance(step, TrainingStep)
+    grads = step(*make_inputs(GLA_SMALL, seed=3))
+    split = make_op(bwd_case)(*args)
+    assert all(torch.equal(a, b) for a, b in zip(grads, split))
+    leaves = [x.double().detach().requires_grad_() for x in (q, k, v, g)]
+    o, _ = recurrent_gla(*leaves, scale=D ** -0.5)
+    want = torch.autograd.grad(o, leaves, do.double())
+    for grad, expected in zip(grads, want):
+        assert torch.allclose(grad.double(), expected, rtol=1e-4, atol=1e-4)

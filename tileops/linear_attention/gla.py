@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from tileops import library
 from tileops.callspec import CallSpec
 from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
 from tileops.linear_attention.op import Op, call_spec
@@ -86,6 +87,18 @@ class GLAChunkFwdOp(_GLAChunkOp):
         if isinstance(out, torch.fx.Proxy):  # fx symbolic tracing records the custom op's (o, final_state, h)
             return out
         return GLAChunkResult(*out)
+
+
+def chunk_gradient(op: GLAChunkFwdOp, inputs: tuple, outputs: tuple, grads: tuple) -> Optional[tuple]:
+    """GLAChunkFwdOp's gradient by GLAChunkBwdOp (same chunk size, scale and target) when o and the
+    final state carry the gradients, h none, and the call had no initial state (whose gradient the
+    backward op does not give); else None."""
+    if inputs[4] is not None or grads[2] is not None or (grads[0] is None and grads[1] is None):
+        return None
+    chunk_size, scale, target = library.settings_of(op)
+    backward = library.instance("GLAChunkBwdOp", (chunk_size, scale, False, target))
+    do = torch.zeros_like(outputs[0]) if grads[0] is None else grads[0]
+    return backward(*inputs[:4], outputs[2], do, grads[1])
 
 
 class GLAChunkBwdOp(_GLAChunkOp):

@@ -11,7 +11,9 @@ With γ the log decays summed down each C-token chunk (per key channel, from the
   dq = scale e^γ ⊙ (dO S_cᵀ) + Σ_{s ≤ t} dA_ts k_s ⊙ e^{γ_t − γ_s};
   dk = e^{Γ − γ} ⊙ (V dS_{c+1}ᵀ) + Σ_{t ≥ s} dA_ts q_t ⊙ e^{γ_t − γ_s};
 - dg = the sum from each token to its sequence's end of q ⊙ dq − k ⊙ dk, plus Σ_v dht ⊙ S_T on
-  every token (the final state's decay e^{G_T} holds every gate).
+  every token (the final state's decay e^{G_T} holds every gate). Past a chunk's end that sum is
+  Σ_v S_{c+1} ⊙ dS_{c+1} (the gradient of the next chunk's first log decay, which scales the state
+  entering it), so each chunk forms its own: the sum down to its last row, plus that term.
 
 The gated sums over tokens go by 16-row blocks, as the forward's products over channels do: a
 block against the rows before it about its first row r (dq: e^{γ_t − γ_r} ⊙ (dA · (k ⊙ e^{γ_r − γ_s})))
@@ -57,13 +59,19 @@ def gated_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later
     return out
 
 
-def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float):
+def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float,
+              rounding: Optional[torch.dtype] = None):
     """(dq, dk, dv, dg) [B, T, H, ·] for equal lengths T a multiple of C, from the forward's
-    h [B, T / C + 1, H, K, V]."""
+    h [B, T / C + 1, H, K, V]. ``rounding`` (a 16-bit dtype) rounds what the kernels hand the
+    tensor cores in it: dA, M, K_s and the states S_c and dS_{c+1} of the products (dg's term past
+    the chunk takes them in fp32)."""
+    def r(x):
+        return x if rounding is None else x.to(rounding).to(F64)
+
     B, T, H, K = q.shape
     NT = T // C
     q, k, v, g, h, do = (x.to(F64) for x in (q, k, v, g, h, do))
-    dq, dk, dg_part = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(q)
+    dq, dk, dg = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(q)
     dv = torch.zeros_like(v)
     rows = torch.arange(C)
     causal = rows[:, None] >= rows[None, :]
@@ -88,14 +96,13 @@ def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float):
         for c in range(NT):  # every chunk at once
             x, d_next, state = chunks[c], leaving[c], h[b, c]
             span = slice(c * C, (c + 1) * C)
-            d_a = scale * torch.where(causal[None], x["do"] @ x["v"].mT, 0.0)
-            dv[b, span] = (x["m"].mT @ x["do"] + x["ks"] @ d_next).transpose(0, 1)
-            dq_c = scale * x["gamma"].exp() * (x["do"] @ state.mT) + gated_rows(d_a, x["k"], x["gamma"], later=False)
-            dk_c = ((x["gamma"][:, -1:] - x["gamma"]).exp() * (x["v"] @ d_next.mT)
+            d_a = r(scale * torch.where(causal[None], x["do"] @ x["v"].mT, 0.0))
+            dv[b, span] = (r(x["m"]).mT @ x["do"] + r(x["ks"]) @ r(d_next)).transpose(0, 1)
+            dq_c = scale * x["gamma"].exp() * (x["do"] @ r(state).mT) + gated_rows(d_a, x["k"], x["gamma"], later=False)
+            dk_c = ((x["gamma"][:, -1:] - x["gamma"]).exp() * (x["v"] @ r(d_next).mT)
                     + gated_rows(d_a, x["q"], x["gamma"], later=True))
             dq[b, span], dk[b, span] = dq_c.transpose(0, 1), dk_c.transpose(0, 1)
-            dg_part[b, span] = (x["q"] * dq_c - x["k"] * dk_c).transpose(0, 1)
-    dg = dg_part.flip(1).cumsum(1).flip(1)
-    if dht is not None:
-        dg = dg + (dht.to(F64) * h[:, NT]).sum(-1)[:, None]
+            past_end = (h[b, c + 1] * d_next).sum(-1)  # [H, K]
+            dg[b, span] = ((x["q"] * dq_c - x["k"] * dk_c).flip(1).cumsum(1).flip(1)
+                           + past_end[:, None]).transpose(0, 1)
     return dq, dk, dv, dg

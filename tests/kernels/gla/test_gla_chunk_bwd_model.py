@@ -69,3 +69,34 @@ def test_the_gated_sums_stay_finite_in_fp32_under_the_strongest_gates(later):
     exact = gated_rows(d_a, x, gamma, later=later)
     single = gated_rows(d_a.float(), x.float(), gamma.float(), later=later)
     assert single.isfinite().all() and relative(single.to(F64), exact) <= 1e-5
+
+
+# dg's tolerance in the GPU tests (tests/kernels/gla/test_gla_chunk_bwd_gpu.py): q ⊙ dq − k ⊙ dk
+# cancel, so the 16-bit operands' errors in dq and dk stand out in dg.
+DG_TOL = {torch.bfloat16: 6e-2, torch.float16: 8e-3}
+
+
+@pytest.mark.parametrize("rounding", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_dg_carries_the_operands_rounding_enlarged_by_its_cancellation(rounding):
+    """On the GPU tests' inputs (unit q and k, gates uniform down to −1 or −5 a token), with the
+    kernels' 16-bit operands dq, dk and dv stay near the dtype's rounding while dg, a sum of
+    differences of nearly equal terms, errs several times more; the GPU tests' dg tolerance holds
+    with room, far below what a wrong term gives (order 1)."""
+    gen = torch.Generator().manual_seed(0)
+    B, T, H, D, scale = 1, 512, 2, 64, 0.125
+    worst = {}
+    for strength in (1.0, 5.0):
+        q, k = (torch.nn.functional.normalize(torch.randn(B, T, H, D, generator=gen, dtype=F64), dim=-1)
+                for _ in range(2))
+        v, do = (torch.randn(B, T, H, D, generator=gen, dtype=F64) for _ in range(2))
+        g = -strength * torch.rand(B, T, H, D, generator=gen, dtype=F64)
+        dht = torch.randn(B, H, D, D, generator=gen, dtype=F64)
+        q, k, v, g, do = (x.to(rounding).to(F64) for x in (q, k, v, g, do))
+        _, _, h = chunk_gla(q, k, v, g, scale=scale, chunk_size=C)
+        exact = chunk_bwd(q, k, v, g, h, do, dht, scale=scale)
+        rounded = chunk_bwd(q, k, v, g, h.float().to(F64), do, dht, scale=scale, rounding=rounding)
+        for name, x, y in zip(("dq", "dk", "dv", "dg"), rounded, exact):
+            worst[name] = max(worst.get(name, 0.0), relative(x, y))
+    eps = torch.finfo(rounding).eps
+    assert max(worst["dq"], worst["dk"], worst["dv"]) <= 2 * eps, worst
+    assert 4 * max(worst["dq"], worst["dk"]) <= worst["dg"] <= DG_TOL[rounding] / 1.5, worst

@@ -59,8 +59,8 @@ def test_outputs_and_chunk_states_against_float64(case):
 
 
 def test_the_backward_takes_our_chunk_states_as_the_references():
-    # The backward serving GLAChunkBwdOp today (the reference's) reads only h[:, 0], the initial
-    # state, and recomputes the rest: this checks that our h pairs with it (shape, dtype, row 0).
+    # GLAChunkBwdOp reads every chunk's state from h: the gradients from our forward's h equal
+    # those from the reference forward's.
     q, k, v, g, h0 = inputs(1, 2, 256, 2, 64, torch.bfloat16)
     ours = GLAChunkFwdOp()(q, k, v, g, h0)
     ref = GLAChunkFwdOp(target="reference")(q, k, v, g, h0)

@@ -4,13 +4,15 @@ Without the delta rule a piece's transition is diagonal: the state entering piec
 sequence is D_p ⊙ S_p + F_p, D_p the product of the decay rows of the windows piece p covers (one
 per key channel) and F_p its walk from zero. One CTA per (V tile, value head, sequence) walks the
 sequence's pieces in order, a thread per key channel holding its row of the tile in registers:
-fp32 multiplies and adds only, a few microseconds against the walks around it (the same steps as
-PyTorch operations cost the host about a millisecond a call).
+fp32 multiplies and adds only, small against the walks around it (the same steps as PyTorch
+operations cost the host about a millisecond a call).
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 BLOCK = 32  # state columns a thread carries
+LOADS = 8  # window decays a thread loads at once, unconditionally: loaded one by one (or under a test), their
+# latency was the program's time
 
 
 def channel_entries_program(*, value_heads: int, dim_k: int, dim_v: int, chunk: int):
@@ -40,6 +42,7 @@ def channel_entries_program(*, value_heads: int, dim_k: int, dim_v: int, chunk: 
             c = T.get_thread_binding()
             v0 = b * BLOCK
             state = T.alloc_local([BLOCK], f32)
+            rows_l = T.alloc_local([LOADS], f32)
             d = T.alloc_var(f32)
             if has_init > 0:
                 for j in T.vectorized(BLOCK):
@@ -50,9 +53,14 @@ def channel_entries_program(*, value_heads: int, dim_k: int, dim_v: int, chunk: 
             for j in T.vectorized(BLOCK):
                 entries[first[n], hv, c, v0 + j] = state[j]
             for p in T.serial(first[n], last[n]):  # piece p hands its end state to piece p + 1
+                lo = bounds[p] // C
+                hi = T.ceildiv(bounds[p + 1], C)
                 d = 1.0
-                for w in T.serial(bounds[p] // C, T.ceildiv(bounds[p + 1], C)):
-                    d = d * decay[hv, w, c]
+                for w0 in T.serial(T.ceildiv(hi - lo, LOADS)):
+                    for u in T.unroll(LOADS):  # unconditional loads (clamped rows), in flight together
+                        rows_l[u] = decay[hv, T.min(lo + w0 * LOADS + u, hi - 1), c]
+                    for u in T.unroll(LOADS):
+                        d = d * T.if_then_else(lo + w0 * LOADS + u < hi, rows_l[u], 1.0)
                 for j in T.vectorized(BLOCK):
                     state[j] = d * state[j] + finals[p, hv, c, v0 + j]
                 for j in T.vectorized(BLOCK):

@@ -1,0 +1,59 @@
+"""tl.gla_chunk_bwd without a GPU: registration, refusals, dispatch's choice, the default, and its
+programs (the forward's first pass, the backward state walk, the per-chunk gradients) compiled for
+sm_90a."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tileops import dispatch
+from tileops.callspec import CallSpec, make_flags
+from tileops.kernels.gla.chunk_bwd import KERNEL, ChannelChunkBwdConfig
+from tests.kernels.deltanet.training_calls import REFUSED
+from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
+
+
+def spec(batch=4, tokens=4096, heads=16, dim=128, dtype=torch.bfloat16, chunk_size=64, device="cuda", arch="sm90",
+         has_initial_state=False) -> CallSpec:
+    """A GLAChunkBwdOp call as the op describes it: B×T×H, K = V = ``dim``."""
+    return CallSpec(op="gla", entry="GLAChunkBwdOp", mode="chunk_bwd", dtype=dtype, device=torch.device(device),
+                    arch=arch, device_name="NVIDIA H200", batch=batch, tokens=tokens, heads=heads, value_heads=heads,
+                    dim_k=dim, dim_v=dim, flags=make_flags(chunk_size=chunk_size, scale=dim ** -0.5,
+                                                           has_initial_state=has_initial_state))
+
+
+@pytest.mark.parametrize("changes, words", REFUSED)
+def test_refuses_in_words(changes, words):
+    assert words in KERNEL.refuse(spec(**changes))
+
+
+def test_dispatch_serves_the_backward_in_tree_and_a_cut_chunk_from_the_reference():
+    explanation = dispatch.explain_spec("GLAChunkBwdOp", None, spec(has_initial_state=True))
+    assert explanation.kernel == "tl.gla_chunk_bwd"
+    assert "backward state walk" in explanation.plan
+    assert dispatch.explain_spec("GLAChunkBwdOp", None, spec(tokens=300)).kernel == "reference.gla_chunk_bwd"
+
+
+@pytest.mark.parametrize("call, block_v", [(spec(), 64), (spec(batch=1, heads=2, tokens=640, dim=64), 32)])
+def test_the_default_is_valid_and_feeds_the_walk(call, block_v):
+    config = KERNEL.default(call)
+    KERNEL.validate_config(config, call)
+    assert config.block_v == block_v
+
+
+@needs_nvcc
+@pytest.mark.parametrize("call, config", [
+    (spec(), ChannelChunkBwdConfig()),
+    (spec(batch=1, heads=2, tokens=640, dim=64, dtype=torch.float16, has_initial_state=True),
+     ChannelChunkBwdConfig(block_v=32, num_stages=1)),
+], ids=["bf16-k128", "fp16-k64-initial-state"])
+def test_programs_compile_for_sm90a(call, config):
+    launcher = KERNEL.build(config, call)
+    for program in (launcher.prep, launcher.walk, launcher.grads):
+        assert "tokens" in runtime_dims(program)
+        assert_fits_an_sm(program, launch_smem(program), spills=program is launcher.grads)
+    # The walk holds dS in registers; the gradients' pass spills at most a few words at K = 128.
+    assert assert_fits_an_sm(launcher.walk, launch_smem(launcher.walk)).spilled == 0
+    assert assert_fits_an_sm(launcher.grads, launch_smem(launcher.grads), spills=True).spilled <= 128
+    assert "has_dht" in launcher.walk.get_kernel_source() and "has_init" in launcher.grads.get_kernel_source()

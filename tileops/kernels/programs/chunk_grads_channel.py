@@ -1,0 +1,190 @@
+"""GLA's chunked backward, every chunk at once: dq, dk, dv and dg from the forward's states h,
+the walk's state gradients (``chunk_dh_channel``) and the first pass's M and K_s.
+
+With γ the log decays summed down the chunk (per key channel), Γ its last row, S_c = h[c] the
+state entering the chunk, dS_{c+1} the gradient of the one leaving it and dA = scale dO Vᵀ (s ≤ t):
+
+    dv = Mᵀ dO + K_s dS_{c+1}
+    dk = e^{Γ − γ} ⊙ (V dS_{c+1}ᵀ) + Σ_{t ≥ s} dA_ts q_t ⊙ e^{γ_t − γ_s}
+    dq = scale e^γ ⊙ (dO S_cᵀ) + Σ_{s ≤ t} dA_ts k_s ⊙ e^{γ_t − γ_s}
+    dg = the sum of q ⊙ dq − k ⊙ dk from each row to the chunk's last, plus Σ_v S_{c+1} ⊙ dS_{c+1}
+
+(the last term is the sum beyond the chunk: the gradient of the next chunk's first log decay). The
+gated sums over tokens go by 16-row blocks as the forward's do: a block meets the rows after it
+(dk) or before it (dq) through one tensor-core product about its last or first row, every factor
+at most 1; inside a block a thread per key channel forms the pairs one by one in fp32.
+"""
+
+import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
+
+from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
+from tileops.kernels.blocks.wy_merge import BLOCK
+from tileops.kernels.hardware import WARPGROUP
+
+PART = 32  # state columns a step of dg's term past the chunk multiplies and sums
+
+
+def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str, scale: float):
+    """The TileLang program: q, k [tokens, H, K], v, do [tokens, H, V] in the token dtype, g [tokens,
+    H, K] in fp32, the first pass's ``m`` [H, tokens, C] and ``ks`` [H, tokens, K], the forward's
+    ``h`` [B, NT + 1, H, K, V] and the walk's ``dh`` [B, NT, H, K, V] (fp32), ``has_init`` (else the
+    first chunk starts from zeros, whatever h[:, 0] holds), then dq, dk [tokens, H, K] and dv
+    [tokens, H, V] in the token dtype and dg [tokens, H, K] in fp32. Sequences of NT whole chunks.
+    Grid: (NT, H, B), one warpgroup each."""
+    H, K, V, C = heads, dim_k, dim_v, chunk
+    assert C == 4 * BLOCK and K <= WARPGROUP and V % PART == 0
+    accum = "float32"
+    tokens, batch, chunks, states = T.dynamic("tokens"), T.dynamic("batch"), T.dynamic("chunks"), T.dynamic("states")
+
+    lanes = WARPGROUP // K  # threads per key channel in the pair loops
+    own_blocks = C // BLOCK // lanes  # the blocks each of them takes
+
+    @T.macro
+    def block_pairs(da_s, x_s, gam_s, pair_s, tx, later: bool):
+        """The pairs inside each 16-row block, a thread per key channel (and block group), the lower
+        triangle only, every exponent at most 0: Σ_{t ≥ s} dA_ts x_t e^{γ_t − γ_s} into row s of
+        ``pair_s`` (``later``, for dk; x = q) or Σ_{s ≤ t} dA_ts x_s e^{γ_t − γ_s} into row t (for
+        dq; x = k). dA is read at one address a warp (a broadcast)."""
+        c = tx % K
+        g_l = T.alloc_local([BLOCK], accum)
+        x_l = T.alloc_local([BLOCK], accum)
+        acc_l = T.alloc_local([BLOCK], accum)
+        for b in T.serial(own_blocks):
+            r = (tx // K * own_blocks + b) * BLOCK
+            for u in T.unroll(BLOCK, explicit=True):
+                g_l[u] = gam_s[r + u, c]
+                x_l[u] = T.cast(x_s[r + u, c], accum)
+                acc_l[u] = 0.0
+            for t in T.unroll(BLOCK, explicit=True):
+                for u in T.unroll(BLOCK, explicit=True):
+                    if u <= t:  # constants once unrolled: only the triangle is emitted
+                        f = T.cast(da_s[r + t, r + u], accum) * T.exp(g_l[t] - g_l[u])
+                        if later:
+                            acc_l[u] = acc_l[u] + f * x_l[t]
+                        else:
+                            acc_l[t] = acc_l[t] + f * x_l[u]
+            for u in T.unroll(BLOCK, explicit=True):
+                pair_s[r + u, c] = acc_l[u]
+
+    @T.prim_func
+    def chunk_grads_channel(
+        q: T.Tensor([tokens, H, K], dtype),
+        k: T.Tensor([tokens, H, K], dtype),
+        v: T.Tensor([tokens, H, V], dtype),
+        do: T.Tensor([tokens, H, V], dtype),
+        g: T.Tensor([tokens, H, K], accum),
+        m: T.Tensor([H, tokens, C], dtype),
+        ks: T.Tensor([H, tokens, K], dtype),
+        h: T.Tensor([batch, states, H, K, V], accum),
+        dh: T.Tensor([batch, chunks, H, K, V], accum),
+        has_init: T.int32,
+        dq: T.Tensor([tokens, H, K], dtype),
+        dk: T.Tensor([tokens, H, K], dtype),
+        dv: T.Tensor([tokens, H, V], dtype),
+        dg: T.Tensor([tokens, H, K], accum),
+    ):
+        with T.Kernel(chunks, H, batch, threads=WARPGROUP) as (c, hh, b):
+            t0 = (b * chunks + c) * C
+            q_s = T.alloc_shared([C, K], dtype)
+            k_s = T.alloc_shared([C, K], dtype)
+            v_s = T.alloc_shared([C, V], dtype)
+            do_s = T.alloc_shared([C, V], dtype)
+            m_s = T.alloc_shared([C, C], dtype)
+            da_s = T.alloc_shared([C, C], dtype)
+            st_s = T.alloc_shared([K, V], dtype)  # dS_{c+1}, then S_c: the products' operand
+            op_s = T.alloc_shared([C, K], dtype)  # K_s, then each block's gated operand
+            gam_s = T.alloc_shared([C, K], accum)
+            dgp_s = T.alloc_shared([C, K], accum)  # q ⊙ dq − k ⊙ dk
+            pair_s = T.alloc_shared([C, K], accum)  # the pairs inside the blocks, of dk then of dq
+            past_s = T.alloc_shared([K], accum)
+            g_f = T.alloc_fragment([C, K], accum)
+            a_f = T.alloc_fragment([C, C], accum)
+            dv_f = T.alloc_fragment([C, V], accum)
+            acc_f = T.alloc_fragment([C, K], accum)
+            tmp_f = T.alloc_fragment([C, K], accum)
+            s_f = T.alloc_fragment([K, PART], accum)
+            d_f = T.alloc_fragment([K, PART], accum)
+            sum_f = T.alloc_fragment([K], accum)
+            past_f = T.alloc_fragment([K], accum)
+            run = T.alloc_var(accum)
+            tx = T.get_thread_binding()
+
+            T.copy(q[t0:t0 + C, hh, :], q_s)
+            T.copy(k[t0:t0 + C, hh, :], k_s)
+            T.copy(v[t0:t0 + C, hh, :], v_s)
+            T.copy(do[t0:t0 + C, hh, :], do_s)
+            T.copy(m[hh, t0:t0 + C, :], m_s)
+            T.copy(ks[hh, t0:t0 + C, :], op_s)
+            T.copy(g[t0:t0 + C, hh, :], g_f)
+            for i, j in T.Parallel(C, K):
+                gam_s[i, j] = T.max(g_f[i, j], LOG_DECAY_FLOOR)
+            if tx < K:  # γ: each channel's running sum down the chunk
+                run = 0.0
+                for i in T.serial(C):
+                    run = run + gam_s[i, tx]
+                    gam_s[i, tx] = run
+            # dS_{c+1} as the products' operand, and dg's term past the chunk, PART columns a step.
+            T.clear(past_f)
+            for p in T.serial(V // PART):
+                T.copy(h[b, c + 1, hh, :, p * PART:(p + 1) * PART], s_f)
+                T.copy(dh[b, c, hh, :, p * PART:(p + 1) * PART], d_f)
+                for i, j in T.Parallel(K, PART):
+                    st_s[i, p * PART + j] = T.cast(d_f[i, j], dtype)
+                    s_f[i, j] = s_f[i, j] * d_f[i, j]
+                T.reduce_sum(s_f, sum_f, dim=1)
+                for i in T.Parallel(K):
+                    past_f[i] = past_f[i] + sum_f[i]
+            T.copy(past_f, past_s)
+
+            T.gemm(do_s, v_s, a_f, transpose_B=True, clear_accum=True)
+            for i, j in T.Parallel(C, C):
+                da_s[i, j] = T.if_then_else(j <= i, scale * a_f[i, j], 0.0)
+            T.gemm(m_s, do_s, dv_f, transpose_A=True, clear_accum=True)
+            T.gemm(op_s, st_s, dv_f)
+            T.copy(dv_f, dv[t0:t0 + C, hh, :])
+
+            # dk: the state's term, the pairs inside each block, then each block against the rows after it.
+            block_pairs(da_s, q_s, gam_s, pair_s, tx, True)
+            T.gemm(v_s, st_s, acc_f, transpose_B=True, clear_accum=True)
+            for i, j in T.Parallel(C, K):
+                acc_f[i, j] = acc_f[i, j] * T.exp(gam_s[C - 1, j] - gam_s[i, j]) + pair_s[i, j]
+            for blk in range(C // BLOCK - 1):
+                e = blk * BLOCK + BLOCK - 1
+                for t, j in T.Parallel(C, K):
+                    op_s[t, j] = T.cast(T.if_then_else(t > e, T.cast(q_s[t, j], accum) * T.exp(gam_s[t, j] - gam_s[e, j]),
+                                                       0.0), dtype)
+                T.gemm(da_s, op_s, tmp_f, transpose_A=True, clear_accum=True)
+                for s, j in T.Parallel(C, K):
+                    acc_f[s, j] = acc_f[s, j] + T.if_then_else(s // BLOCK == blk, tmp_f[s, j] * T.exp(gam_s[e, j] - gam_s[s, j]),
+                                                               0.0)
+            T.copy(acc_f, dk[t0:t0 + C, hh, :])
+            for i, j in T.Parallel(C, K):
+                dgp_s[i, j] = -T.cast(k_s[i, j], accum) * acc_f[i, j]
+
+            # dq: the state's term, the pairs inside each block, then each block against the rows before it.
+            for i, j in T.Parallel(K, V):
+                st_s[i, j] = T.cast(T.if_then_else(c > 0 or has_init > 0, h[b, c, hh, i, j], 0.0), dtype)
+            block_pairs(da_s, k_s, gam_s, pair_s, tx, False)
+            T.gemm(do_s, st_s, acc_f, transpose_B=True, clear_accum=True)
+            for i, j in T.Parallel(C, K):
+                acc_f[i, j] = scale * T.exp(gam_s[i, j]) * acc_f[i, j] + pair_s[i, j]
+            for blk in range(1, C // BLOCK):
+                r = blk * BLOCK
+                for s, j in T.Parallel(C, K):
+                    op_s[s, j] = T.cast(T.if_then_else(s < r, T.cast(k_s[s, j], accum) * T.exp(gam_s[r, j] - gam_s[s, j]),
+                                                       0.0), dtype)
+                T.gemm(da_s, op_s, tmp_f, clear_accum=True)
+                for t, j in T.Parallel(C, K):
+                    acc_f[t, j] = acc_f[t, j] + T.if_then_else(t // BLOCK == blk, tmp_f[t, j] * T.exp(gam_s[t, j] - gam_s[r, j]),
+                                                               0.0)
+            T.copy(acc_f, dq[t0:t0 + C, hh, :])
+            for i, j in T.Parallel(C, K):
+                dgp_s[i, j] = dgp_s[i, j] + T.cast(q_s[i, j], accum) * acc_f[i, j]
+
+            if tx < K:  # dg: the sum from each row to the chunk's last, plus the term past the chunk
+                run = past_s[tx]
+                for u in T.serial(C):
+                    run = run + dgp_s[C - 1 - u, tx]
+                    dg[t0 + C - 1 - u, hh, tx] = run
+
+    return chunk_grads_channel
