@@ -101,7 +101,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &
         run_group tests/kernels/gla/test_gla_chunk_fwd_gpu.py &
-        for k in "state-dht" "neither" "strongest" "weak" "one-chunk" "graph"; do
+        for k in "state-dht" "neither" "strongest" "weak" "one-chunk" "graph" "autograd"; do
             run_group tests/kernels/gla/test_gla_chunk_bwd_gpu.py -k "$k" &
         done
     else

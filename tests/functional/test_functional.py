@@ -150,3 +150,34 @@ def test_what_tileops_does_not_do_is_refused_by_name():
         F.chunk_gated_delta_rule(**gdn, head_first=False)
     with pytest.raises(ValueError, match="chunk_size"):
         F.chunk_gated_delta_rule(**gdn, chunk_size=128)
+
+
+def test_a_training_chunk_gla_call_takes_the_backward_op(monkeypatch):
+    """Inputs that require grad, whole 64-token chunks and no initial state: chunk_gla runs
+    GLAChunkFwdOp, whose gradient is GLAChunkBwdOp's (the kernels on a GPU), equal to the
+    gradient through GLAFwdOp; otherwise GLAFwdOp serves it as before."""
+    calls = []
+    forward = la.GLAChunkBwdOp.forward
+
+    def counted(self, *args):
+        calls.append(len(args))
+        return forward(self, *args)
+
+    monkeypatch.setattr(la.GLAChunkBwdOp, "forward", counted)
+    fwd = tokens("GLAFwdOp", 6, T=128, K=8, V=4)
+    fwd.pop("initial_state")
+    names = list(fwd)
+    leaves = [x.clone().requires_grad_() for x in fwd.values()]
+    o, ht = F.chunk_gla(*leaves, scale=0.5, output_final_state=True, state_v_first=True)
+    (o.square().sum() + ht.sin().sum()).backward()
+    assert calls == [7]
+    want = [x.clone().requires_grad_() for x in fwd.values()]
+    o2, ht2 = la.GLAFwdOp(scale=0.5)(*want)
+    (o2.square().sum() + ht2.mT.sin().sum()).backward()
+    torch.testing.assert_close(o, o2)
+    for name, got, expected in zip(names, leaves, want):
+        torch.testing.assert_close(got.grad, expected.grad, msg=name)
+    F.chunk_gla(*(x[:, :100] for x in leaves), scale=0.5)  # not whole chunks: GLAFwdOp
+    with torch.no_grad():
+        F.chunk_gla(*leaves, scale=0.5)
+    assert calls == [7]
