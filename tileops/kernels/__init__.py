@@ -11,9 +11,12 @@ Layout (the shared layer never imports a family; families import only the shared
   packed and pieces calls)
 - ``programs/``: whole programs composed from the blocks (``chunk_prep``, ``chain_key``,
   ``chain_value``, ``chunk_fused`` (also the pieces' summaries), ``warm_start``,
-  ``piece_entries``, ``wy_fast`` (w and u from the inverse), ``decode``)
+  ``piece_entries``, ``wy_fast`` (w and u from the inverse), ``decode``; under one decay per
+  key channel ``chunk_prep_channel``, ``channel_entries``, and GLA's backward ``chunk_dh_channel``
+  and ``chunk_grads_channel``)
 - ``plans/``: host-side plans: ``tiles`` (footprints), ``pieces`` (cuts, warm-up, order),
-  ``entries`` (the exact schedule of cut sequences), ``packing``, ``decode_tile``
+  ``entries`` (the exact schedule of cut sequences), ``channel_pieces`` (GLA's cut sequences),
+  ``packing``, ``decode_tile``
 - ``launch/``: compiling a config's programs for a call and launching them; ``launch.compiled``
   keeps each compiled program (``kept``: a folder of TileLang's cache) and loads it in a later
   process without TileLang
@@ -54,6 +57,7 @@ Per family, where to look (gate ∈ {none, scalar, per key channel} × delta rul
   prefill, ``channel_prefill_kernel`` (``launch.chunked_channel``: ``programs.chunk_prep_channel``'s
   per-channel gated products, then ``chain_value`` under ``chunk_h``'s per-channel walk).
   ``gla/chunk_fwd.py`` (``tl.gla_chunk_fwd``) is GLA's prefill whose chain also stores the state
-  at every chunk boundary, the chunked training forward; its backward is served by
-  ``reference_kernels``.
+  at every chunk boundary, the chunked training forward; ``gla/chunk_bwd.py``
+  (``tl.gla_chunk_bwd``: ``launch.chunk_bwd_channel``, the first pass again, ``chunk_dh_channel``'s
+  backward state walk, then ``chunk_grads_channel``) its backward.
 """
