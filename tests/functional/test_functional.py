@@ -181,3 +181,5 @@ def test_a_training_chunk_gla_call_takes_the_backward_op(monkeypatch):
     with torch.no_grad():
         F.chunk_gla(*leaves, scale=0.5)
     assert calls == [7]
+    with pytest.raises(ValueError, match="scale"):
+        F.chunk_gla(*leaves, scale=-0.5)  # refused as GLAFwdOp refuses it, not taken for the default

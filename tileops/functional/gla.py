@@ -14,17 +14,17 @@ from tileops.linear_attention import GLAChunkFwdOp, GLAFwdOp
 CHUNK = 64  # GLAChunkFwdOp's chunk, whose in-tree kernels take whole chunks
 
 
-def _trains(tensors: tuple, cu_seqlens: Optional[torch.Tensor], initial_state: Optional[torch.Tensor]) -> bool:
+def _trains(tensors: tuple, initial_state: Optional[torch.Tensor], *offsets: Optional[torch.Tensor]) -> bool:
     """Whether a call is a training call the chunked ops serve with their kernels both ways."""
-    return (torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and cu_seqlens is None
-            and initial_state is None and tensors[0].shape[1] % CHUNK == 0)
+    return (torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and initial_state is None
+            and all(x is None for x in offsets) and tensors[0].shape[1] % CHUNK == 0)
 
 
 def _gla(q, k, v, g, scale, initial_state, output_final_state, state_v_first, cu_seqlens, cu_seqlens_cpu):
-    if _trains((q, k, v, g), cu_seqlens, initial_state):
+    op = op_for(GLAFwdOp, scale=scale)  # checks the scale for either route
+    if _trains((q, k, v, g), initial_state, cu_seqlens, cu_seqlens_cpu):
         o, final_state = op_for(GLAChunkFwdOp, chunk_size=CHUNK, scale=-1.0 if scale is None else scale)(q, k, v, g)
         return returned(o, transposed(final_state) if state_v_first else final_state, output_final_state)
-    op = op_for(GLAFwdOp, scale=scale)
     if state_v_first:
         initial_state = transposed(initial_state)
     o, final_state = op(q, k, v, g, initial_state, cu_seqlens, cu_seqlens_cpu)
