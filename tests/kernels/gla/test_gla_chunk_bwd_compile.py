@@ -46,7 +46,7 @@ def test_the_default_is_valid_and_feeds_the_walk(call, block_v):
 @pytest.mark.parametrize("call, config", [
     (spec(), ChannelChunkBwdConfig()),
     (spec(batch=1, heads=2, tokens=640, dim=64, dtype=torch.float16, has_initial_state=True),
-     ChannelChunkBwdConfig(block_v=32, num_stages=1)),
+     ChannelChunkBwdConfig(block_v=32)),
 ], ids=["bf16-k128", "fp16-k64-initial-state"])
 def test_programs_compile_for_sm90a(call, config):
     launcher = KERNEL.build(config, call)

@@ -2,7 +2,8 @@
 forward's first pass again, the backward state walk, last chunk first, then every chunk's dq, dk,
 dv and dg at once, from the forward's per-chunk states h.
 
-Its config space is the walk's: ``block_v`` state-gradient columns per CTA and ``num_stages``. The
+Its config space is the walk's ``block_v``, the state-gradient columns per CTA (the walk is a
+twentieth of the backward: its tiles and pipeline depths timed alike, docs/benchmarks.md). The
 gradients' pass holds a chunk's whole K × V state (one config). It takes what ``tl.gla_chunk_fwd``
 serves: sequences of whole 64-token chunks.
 """
@@ -24,11 +25,10 @@ CHUNK = 64
 
 class ChannelChunkBwdConfig(KernelConfig):
     """The backward walk's tiling: ``block_v`` columns of the state gradient per CTA of 128
-    threads, and its pipeline stages."""
+    threads."""
 
     chunk_size: Literal[64] = 64
     block_v: Literal[32, 64] = 64
-    num_stages: Literal[1, 2] = 2
 
 
 def refuse(spec: CallSpec) -> Optional[str]:

@@ -18,6 +18,9 @@ from tileops.kernels.launch.compiled import compiled
 from tileops.kernels.plans.packing import packed
 
 
+WALK_STAGES = 2  # the walk's pipeline: the next chunk's loads under this one's product
+
+
 class ChannelChunkBwdLauncher:
     """``launch(q, k, v, g, h, do, dht)`` -> (dq, dk, dv, dg), as ``GLAChunkBwdOp`` returns them:
     h [B, T / C + 1, H, K, V] the forward's states (h[:, 0] read only with the spec's
@@ -30,7 +33,7 @@ class ChannelChunkBwdLauncher:
         self.prep = compile_channel_prep(config, spec, delta=False)
         self.walk = compiled("tileops.kernels.programs.chunk_dh_channel:dh_channel_program",
                              dict(heads=spec.heads, dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype,
-                                  num_stages=config.num_stages), spec.arch, PASS_CONFIGS)
+                                  num_stages=WALK_STAGES), spec.arch, PASS_CONFIGS)
         self.grads = compiled("tileops.kernels.programs.chunk_grads_channel:grads_channel_program",
                               dict(heads=spec.heads, dim_k=K, dim_v=V, chunk=C, dtype=dtype, scale=query_scale(spec)),
                               spec.arch, FIRST_PASS_CONFIGS)
