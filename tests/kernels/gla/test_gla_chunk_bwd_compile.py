@@ -4,23 +4,22 @@ sm_90a."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from tileops import dispatch
-from tileops.callspec import CallSpec, make_flags
+from tileops.callspec import CallSpec
 from tileops.kernels.gla.chunk_bwd import KERNEL, ChannelChunkBwdConfig
 from tests.kernels.deltanet.training_calls import REFUSED
+from tests.kernels.gla.test_gla_chunk_fwd_compile import spec as forward_spec
 from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
 
 
-def spec(batch=4, tokens=4096, heads=16, dim=128, dtype=torch.bfloat16, chunk_size=64, device="cuda", arch="sm90",
-         has_initial_state=False) -> CallSpec:
-    """A GLAChunkBwdOp call as the op describes it: B×T×H, K = V = ``dim``."""
-    return CallSpec(op="gla", entry="GLAChunkBwdOp", mode="chunk_bwd", dtype=dtype, device=torch.device(device),
-                    arch=arch, device_name="NVIDIA H200", batch=batch, tokens=tokens, heads=heads, value_heads=heads,
-                    dim_k=dim, dim_v=dim, flags=make_flags(chunk_size=chunk_size, scale=dim ** -0.5,
-                                                           has_initial_state=has_initial_state))
+def spec(**changes) -> CallSpec:
+    """A GLAChunkBwdOp call as the op describes it: the chunked forward's call (B×T×H, K = V)."""
+    return replace(forward_spec(**changes), entry="GLAChunkBwdOp", mode="chunk_bwd")
 
 
 @pytest.mark.parametrize("changes, words", REFUSED)
