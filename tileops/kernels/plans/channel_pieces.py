@@ -4,7 +4,8 @@ Without the delta rule a segment's transition is diagonal: the state entering pi
 D_p ⊙ S_p + F_p, with S_p the state entering piece p, D_p the product of its segments' decays
 (per key channel) and F_p its state walked from zero. So the chain walks every piece from zero at
 once (its finals F_p), one small program forms the entries in sequence order
-(``programs.channel_entries``), and the chain walks every piece again from its entry, which gives the outputs and the final states.
+(``programs.channel_entries``), and the chain walks every piece again from its entry, which
+gives the outputs and the final states.
 Two walks of a piece replace one of the sequence: a gain when the longest sequence is more than
 twice the longest piece. Pieces end at window boundaries, so the decay row of each window a piece
 covers is one of its segments', and the first pass, run with the same cuts, forms the same
