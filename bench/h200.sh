@@ -5,7 +5,8 @@
 # tuned and default configs included), benchmark against the peers, and measure cold start and
 # host overhead. Everything lands in $OUT (default ./h200-out).
 #   [OP=deltanet|kda|gla] [AGREE=0] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
-# TUNE_SETS: the dtype:width pairs to tune (default: the preset's own).
+# TUNE_SETS: the dtype:width pairs to tune (default: the preset's own); TUNE_SHAPES: the rows to tune
+# (tileops-tune's --shapes, e.g. h16:train-B4xT4096xH16; default: the family's preset).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
@@ -26,6 +27,7 @@ STEP=${1:-all}
 TRIALS=${2:-6}
 OP=${OP:-gdn}
 TUNE_SETS=${TUNE_SETS:-preset}
+TUNE_SHAPES=${TUNE_SHAPES:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export TILEOPS_DB=$OUT/tuning.db
@@ -62,6 +64,7 @@ if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
     for set in $TUNE_SETS; do
         args=()
         [ "$set" != preset ] && args=(--dtype "${set%%:*}" --width "${set##*:}")
+        [ -n "$TUNE_SHAPES" ] && args+=(--shapes "$TUNE_SHAPES")
         timeout 540 python3 -m tileops.cli.tune --arch sm90 --op "$OP" "${args[@]}" --trials "$TRIALS" --timeout 240 \
             2>&1 | tee -a "$OUT/tune.log"
     done
