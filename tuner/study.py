@@ -8,7 +8,6 @@ tuning database; a config already measured for a key is read back instead of mea
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 import random
@@ -107,9 +106,7 @@ def valid_points(kernel: KernelDef, spec: CallSpec) -> list[dict]:
     Spaces are small (a hundred points or so) and a refusal is a validation, so enumerating
     costs milliseconds.
     """
-    space = kernel.config_model.choices()
-    points = (dict(zip(space, values)) for values in itertools.product(*space.values()))
-    return [p for p in points if space_point(kernel, spec, p) is not None]
+    return [p for p in kernel.config_model.points() if space_point(kernel, spec, p) is not None]
 
 
 class KeyStudy:

@@ -19,7 +19,7 @@ from tileops.kernels.hardware import SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
 from tileops.kernels.plans.channel_pieces import call_width
 from tileops.kernels.plans.tiles import chain_smem_bytes
-from tileops.kernels.prefill_kernel import prefill_problem
+from tileops.kernels.prefill_kernel import paired_problem, prefill_problem
 from tileops.kernels.registry import register
 
 
@@ -39,6 +39,9 @@ class ChannelPrefillConfig(TiledConfig):
     def problem(self, spec: CallSpec) -> Optional[str]:
         if spec.dim_v % self.block_v:
             return f"block_v={self.block_v} does not divide V={spec.dim_v}"
+        problem = paired_problem(self.walk_issue, self.num_stages)
+        if problem:
+            return problem
         smem = chain_smem_bytes(self.chunk_size, spec.dim_k, self.block_v, self.num_stages, False,
                                 spec.dtype.itemsize, channel=True)
         if smem > SMEM_BYTES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import typing
 
@@ -30,6 +31,12 @@ class KernelConfig(BaseModel):
             if typing.get_origin(field.annotation) is typing.Literal:
                 out[name] = typing.get_args(field.annotation)
         return out
+
+    @classmethod
+    def points(cls) -> list[dict]:
+        """Every point of the declared space: one allowed value of each ``Literal`` field."""
+        space = cls.choices()
+        return [dict(zip(space, values)) for values in itertools.product(*space.values())]
 
 
 class TiledConfig(KernelConfig):

@@ -92,6 +92,17 @@ def fused_config(dim_v: int, walk_moves: str = "elementwise", walk_issue: str = 
                             fused=True, walk_moves=walk_moves, walk_issue=walk_issue, piece_chunks=piece_chunks)
 
 
+def paired_problem(walk_issue: str, num_stages: int) -> Optional[str]:
+    """Why a two-pass chain cannot pair its products' waits at this pipeline depth, or None.
+    TileLang's software pipeline refills a stage's tiles right after the last product that reads
+    them; it takes a paired product for finished when issued, so with one stage the next chunk's
+    tiles land while the products still read this chunk's."""
+    if walk_issue == "paired" and num_stages < 2:
+        return ("walk_issue='paired' needs num_stages=2: with one stage the next chunk's tiles would be loaded "
+                "while the paired products still read this chunk's")
+    return None
+
+
 def register_problem(config: PrefillConfig, dim_k: int) -> Optional[str]:
     """Why the chain's threads cannot hold their share of the state, or None."""
     if config.state_major == "value":
@@ -124,6 +135,9 @@ def tile_problem(config: PrefillConfig, dim_k: int, dim_v: int, elem: int) -> Op
     if config.walk_issue != "serial" and config.state_major != "value":
         return (f"walk_issue={config.walk_issue!r} pairs the value-major walk's products; the key-major chain "
                 f"takes walk_issue='serial'")
+    problem = paired_problem(config.walk_issue, config.num_stages)
+    if problem:
+        return problem
     if dim_v % config.block_v:
         return f"block_v={config.block_v} does not divide V={dim_v}"
     problem = register_problem(config, dim_k)

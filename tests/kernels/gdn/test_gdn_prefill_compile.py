@@ -128,6 +128,7 @@ def test_default_fuses_once_every_sm_has_a_walk():
     (dict(state_major="value", block_v=128, threads=256, num_stages=1, fused=True), 128, "num_stages=2"),
     (dict(state_major="value", block_v=64, threads=128, walk_moves="matrix"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, walk_issue="paired"), 128, "key-major chain takes walk_issue='serial'"),
+    (dict(state_major="value", block_v=64, threads=128, num_stages=1, walk_issue="paired"), 128, "needs num_stages=2"),
     (dict(state_major="value", block_v=64, threads=128, walk_moves="tma-output"), 128, "fused kernel only"),
     (dict(block_v=32, threads=256, num_stages=3), 128, "the fused kernel's"),
 ])

@@ -8,8 +8,11 @@ import torch
 
 from tileops import dispatch
 from tileops.callspec import CallSpec, make_flags
+from tileops.cases import Case
 from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
 from tileops.kernels.gla.prefill import KERNEL
+from tileops.tuner.plan import plan
+from tileops.tuner.study import valid_points
 from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
 
 
@@ -74,3 +77,17 @@ def test_few_long_sequences_compile_their_cut_as_packed_sequences():
     for built_for in (spec(), spec(mode="varlen", batch=1)):
         assert ChannelPrefillLauncher(ChannelPrefillConfig(), built_for, delta=False).cut_plan((32768,), cpu).count == 8
     assert ChannelPrefillLauncher(ChannelPrefillConfig(), spec(heads=128), delta=False).cut_chain is None
+
+
+@pytest.mark.parametrize("case", [Case("gla", 4, 700, 2, 2, 128, "bfloat16"), Case("kda", 4, 700, 2, 2, 64, "float16"),
+                                  Case("gla", 4, 640, 2, 2, 64, "bfloat16", entry="train_fwd")],
+                         ids=["gla-prefill", "kda-prefill", "gla-chunk-fwd"])
+def test_one_stage_with_paired_waits_is_refused_and_left_out_of_the_space(case):
+    """TileLang's pipeline refills a one-stage chain's tiles under paired products still reading
+    them (GLA's outputs were wrong on the H200); paired waits need the second stage."""
+    [(_, task, _)] = plan(case.on("cuda"), "sm90", "NVIDIA H200")
+    with pytest.raises(ValueError, match="paired.*needs num_stages=2"):
+        task.kernel.validate_config(ChannelPrefillConfig(num_stages=1, walk_issue="paired"), task.spec)
+    points = valid_points(task.kernel, task.spec)
+    assert {"serial", "paired"} == {p["walk_issue"] for p in points} and {1, 2} == {p["num_stages"] for p in points}
+    assert not any(p["walk_issue"] == "paired" and p["num_stages"] == 1 for p in points)

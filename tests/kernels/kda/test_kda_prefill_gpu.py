@@ -1,7 +1,7 @@
 """tl.kda_prefill on an sm90 GPU against the float64 reference: KDAFwdOp's prefill with every flag
 it takes, equal lengths and packed varlen (lengths not multiples of 64, a thousand short sequences,
 one long one), an initial state in both layouts, HV a multiple of H, K = V ∈ {64, 128}, fp16 and
-bf16, under gates from weak to KDA's lower bound; and each knob of the config space."""
+bf16, under gates from weak to KDA's lower bound; and every config of the space."""
 
 from __future__ import annotations
 
@@ -118,10 +118,16 @@ def spec(dtype, H, HV, D, lengths) -> CallSpec:
                     value_heads=HV, dim_k=D, dim_v=D, flags=make_flags(scale=D ** -0.5, has_initial_state=True))
 
 
-@pytest.mark.parametrize("config", [ChannelPrefillConfig(block_v=128), ChannelPrefillConfig(num_stages=1),
-                                    ChannelPrefillConfig(walk_issue="paired")], ids=["block-128", "stages-1", "paired"])
-def test_every_knob(config):
+# Every config of the space, refused ones skipped: one stage with paired waits once raced where
+# each knob alone passed.
+@pytest.mark.parametrize("point", ChannelPrefillConfig.points(),
+                         ids=lambda p: f"config-v{p['block_v']}-s{p['num_stages']}-{p['walk_issue']}")
+def test_every_config_of_the_space(point):
     lengths = (100, 300, 64)
     call = spec(torch.bfloat16, 2, 4, 128, lengths)
-    launch = KERNEL.build(KERNEL.validate_config(config, call), call)
+    try:
+        config = KERNEL.validate_config(point, call)
+    except ValueError as refused:
+        pytest.skip(f"refused: {refused}")
+    launch = KERNEL.build(config, call)
     check({}, *inputs(3, lengths, 2, 4, 128, torch.bfloat16), torch.bfloat16, launch=launch)
