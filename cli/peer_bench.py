@@ -59,7 +59,8 @@ def inputs(case: dict) -> dict:
 def train_inputs(case: dict, device: str = "cuda") -> dict:
     """Random inputs of a training row (same distributions as ours), in the layout our ops take:
     q, k (normalised), v and the output's gradient do in the row's dtype, with DeltaNet's betas in
-    (0, 1) (BHSD) or GLA's log decays (BTHD), in fp32 (float64 for a float64 row)."""
+    (0, 1) (BHSD) or GLA's log decays drawn as the row's ``gates`` say (BTHD), in fp32 (float64 for a
+    float64 row)."""
     gen = torch.Generator(device=device).manual_seed(1)
     gla = case["op"] == "gla"
     b, t, h, d = case["batch"], case["tokens"], case["heads"], case["dim"]
@@ -69,7 +70,7 @@ def train_inputs(case: dict, device: str = "cuda") -> dict:
     k = F.normalize(torch.randn(shape, device=device, generator=gen), dim=-1).to(dt)
     v = torch.randn(shape, device=device, generator=gen).to(dt)
     if gla:
-        x = log_decays("benchmark", shape, lambda s: torch.randn(*s, device=device, generator=gen),
+        x = log_decays(case.get("gates", "benchmark"), shape, lambda s: torch.randn(*s, device=device, generator=gen),
                        lambda s: torch.rand(*s, device=device, generator=gen), 16)
     else:
         x = torch.rand(shape[:3], device=device, generator=gen) * 0.9 + 0.05

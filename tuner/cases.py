@@ -43,7 +43,7 @@ def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gate
     dtype = dtype or DTYPES[case.dtype]
     if case.entry is None:
         return _inference_inputs(case, seed, dtype, gates)
-    return _training_inputs(case, seed, dtype)
+    return _training_inputs(case, seed, dtype, gates)
 
 
 def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> tuple:
@@ -97,9 +97,9 @@ def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> 
     return tuple(cast + out)
 
 
-def _training_inputs(case: Case, seed: int, dtype: torch.dtype) -> tuple:
+def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str = "benchmark") -> tuple:
     """A training call's arguments: the forward's q, k (normalised), v and its betas in (0, 1)
-    (DeltaNet, BHSD) or its log decays as the benchmarks draw them (GLA, BTHD), the betas and
+    (DeltaNet, BHSD) or its log decays drawn as ``gates`` says (GLA, BTHD), the betas and
     decays in fp32 as models compute them; the step's and DeltaNet's backward start with the
     output's gradient do, and the backward takes what the forward saved (DeltaNet: S, Aw, Au, w, u
     after its inputs; GLA: q, k, v, g, h, do and no final-state gradient), computed on the case's
@@ -111,7 +111,7 @@ def _training_inputs(case: Case, seed: int, dtype: torch.dtype) -> tuple:
     k = F.normalize(torch.randn(shape, generator=gen, dtype=torch.float64), dim=-1)
     v = torch.randn(shape, generator=gen, dtype=torch.float64)
     if gla:
-        x = log_decays("benchmark", shape, lambda s: torch.randn(*s, generator=gen, dtype=torch.float64),
+        x = log_decays(gates, shape, lambda s: torch.randn(*s, generator=gen, dtype=torch.float64),
                        lambda s: torch.rand(*s, generator=gen, dtype=torch.float64), 16.0)
     else:
         x = torch.rand(shape[:3], generator=gen, dtype=torch.float64) * 0.9 + 0.05

@@ -167,3 +167,12 @@ def test_the_peer_runner_builds_a_training_row_on_the_gpu(peer_bench, peer_row):
     grads = peer_bench.runner("tileops", row)()
     torch.cuda.synchronize()
     assert [g.shape for g in grads] == [(1, 2, 256, 64)] * 3 + [(1, 2, 256)]
+
+
+def test_the_peers_training_inputs_draw_the_rows_gates(peer_bench, peer_row):
+    row = peer_row(GLA_ROW)
+    assert peer_command("fla", [GLA_ROW], gates="zero") != peer_command("fla", [GLA_ROW])
+    zero = peer_bench.train_inputs(dict(row, gates="zero"), device="cpu")["g"]
+    weak = peer_bench.train_inputs(dict(row, gates="weak"), device="cpu")["g"]
+    assert torch.equal(zero, torch.zeros_like(zero))
+    assert 0 < weak.abs().mean() < peer_bench.train_inputs(row, device="cpu")["g"].abs().mean() / 10

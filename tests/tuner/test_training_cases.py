@@ -237,3 +237,12 @@ def test_glas_training_inputs_are_bthd_and_the_step_gives_the_recurrences_gradie
     want = torch.autograd.grad(o, leaves, do.double())
     for grad, expected in zip(grads, want):
         assert torch.allclose(grad.double(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_glas_training_inputs_draw_the_gates_asked_for():
+    """A training row timed under other gates gets them (GLA's peers' speed can depend on them)."""
+    draws = {kind: make_inputs(GLA_SMALL, seed=3, gates=kind)[4] for kind in ("benchmark", "weak", "zero")}
+    assert torch.equal(draws["zero"], torch.zeros_like(draws["zero"]))
+    assert 0 < draws["weak"].abs().mean() < draws["benchmark"].abs().mean() / 10
+    fwd_case, _ = GLA_SMALL.calls()
+    assert torch.equal(make_inputs(fwd_case, seed=3, gates="weak")[3], draws["weak"])
