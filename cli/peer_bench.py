@@ -70,7 +70,8 @@ def train_inputs(case: dict, device: str = "cuda") -> dict:
     k = F.normalize(torch.randn(shape, device=device, generator=gen), dim=-1).to(dt)
     v = torch.randn(shape, device=device, generator=gen).to(dt)
     if gla:
-        x = log_decays(case.get("gates", "benchmark"), shape, lambda s: torch.randn(*s, device=device, generator=gen),
+        x = log_decays(case.get("gates", "benchmark"), shape,
+                       lambda s: torch.randn(*s, device=device, generator=gen),
                        lambda s: torch.rand(*s, device=device, generator=gen), 16)
     else:
         x = torch.rand(shape[:3], device=device, generator=gen) * 0.9 + 0.05

@@ -97,7 +97,7 @@ def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> 
     return tuple(cast + out)
 
 
-def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str = "benchmark") -> tuple:
+def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> tuple:
     """A training call's arguments: the forward's q, k (normalised), v and its betas in (0, 1)
     (DeltaNet, BHSD) or its log decays drawn as ``gates`` says (GLA, BTHD), the betas and
     decays in fp32 as models compute them; the step's and DeltaNet's backward start with the
