@@ -4,7 +4,7 @@
 # from the shipped snapshot, export the sm90 snapshot, run the family's GPU tests (agreement of
 # tuned and default configs included), benchmark against the peers, and measure cold start and
 # host overhead. Everything lands in $OUT (default ./h200-out).
-#   [OP=deltanet|kda|gla] [AGREE=0] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
+#   [OP=deltanet|kda|gla|none] [AGREE=0] [AGREE_K=pytest -k] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
 # TUNE_SETS: the dtype:width pairs to tune (default: the preset's own); TUNE_SHAPES: the rows to tune
 # (tileops-tune's --shapes, e.g. h16:train-B4xT4096xH16; default: the family's preset).
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
@@ -83,7 +83,9 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         [ "${2:-}" = -k ] && name="$name-${3%% *}"
         timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -q -s -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
     }
-    if [ "$OP" = deltanet ]; then
+    if [ "$OP" = none ]; then
+        :  # the agreement below only
+    elif [ "$OP" = deltanet ]; then
         run_group tests/kernels/deltanet/test_deltanet_prefill_gpu.py &
         run_group tests/kernels/deltanet/test_deltanet_chunk_fwd_gpu.py &
         run_group tests/kernels/deltanet/test_deltanet_chunk_bwd_gpu.py &
@@ -116,13 +118,20 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         run_group tests/kernels/decode/test_decode_families_gpu.py &
         timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &
     fi
-    # Each shipped row compiles a random other config of its key: three processes share the rows
+    # Each shipped row compiles a random other config of its key: the rows (AGREE_K selects them,
+    # default all) are dealt to AGREE_JOBS processes, so that their compiles run side by side
     # (AGREE=0: the family's own tests only).
     if [ "${AGREE:-1}" = 1 ]; then
-        run_group tests/tuner/test_tuned_default_agree.py -k prefill &
-        run_group tests/tuner/test_tuned_default_agree.py -k chunk &
-        run_group tests/tuner/test_tuned_default_agree.py -k "decode or user or fresh" &
-        run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py tests/ops/test_compile.py &
+        jobs=${AGREE_JOBS:-12}
+        mapfile -t rows < <(python3 -m pytest -q --collect-only -p no:cacheprovider \
+            tests/tuner/test_tuned_default_agree.py -k "${AGREE_K:-test_}" 2>/dev/null | grep '::')
+        for ((j = 0; j < jobs; j++)); do
+            mine=()
+            for ((i = j; i < ${#rows[@]}; i += jobs)); do mine+=("${rows[i]}"); done
+            [ ${#mine[@]} -gt 0 ] && timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -q -s -rA -p no:cacheprovider \
+                "${mine[@]}" > "$OUT/test_agree-$j.log" 2>&1 &
+        done
+        [ "$OP" != none ] && run_group tests/dispatch/test_warnings.py tests/ops/test_autograd.py tests/ops/test_compile.py &
     fi
     wait
     tail -n 3 "$OUT"/test_*.log "$OUT"/prefill-errors.log 2>/dev/null
