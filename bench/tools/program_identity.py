@@ -1,4 +1,5 @@
-"""Compare the programs GDN's kernels generate here with those of another revision, byte for byte.
+"""Compare the programs GDN's kernels generate here with those of another revision, byte for byte
+(once a bounds test written twice reads as once: ``canonical``).
 
 Builds every launcher of a fixed matrix of (kernel, config, call) cases, in two processes: one on
 the code at ``--against`` (a git revision, in a throw-away worktree) and one on the working tree.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import filecmp
 import json
 import os
 import subprocess
@@ -183,10 +183,51 @@ def run_dump(tree: Path, jobs: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=tree, env=env)
 
 
+def _operand_before(text: str, end: int) -> int:
+    """Start of the parenthesised operand that ends just before ``end``, or -1."""
+    if end == 0 or text[end - 1] != ")":
+        return -1
+    depth = 0
+    for i in range(end - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
+
+
+def _operand_after(text: str, start: int) -> int:
+    """End (exclusive) of the parenthesised operand that starts at ``start``, or -1."""
+    if start >= len(text) or text[start] != "(":
+        return -1
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    return -1
+
+
+def canonical(text: str) -> str:
+    """``text`` with every ``(X && X)`` written as ``X``: TVM's simplifier writes some bounds tests
+    twice or once depending on what else the program holds, which changes no program's meaning."""
+    at = text.find(" && ")
+    while at >= 0:
+        left, right_end = _operand_before(text, at), _operand_after(text, at + 4)
+        if (left > 0 and right_end > 0 and text[left - 1] == "(" and text[right_end:right_end + 1] == ")"
+                and text[left:at] == text[at + 4:right_end]):
+            text = text[:left - 1] + text[left:at] + text[right_end + 1:]
+            at = text.find(" && ", left - 1)
+        else:
+            at = text.find(" && ", at + 4)
+    return text
+
+
 def identical(name: str, old: Path, new: Path) -> bool:
+    """Whether both trees built the same programs for job ``name``: the same files, equal byte for
+    byte once ``canonical``."""
     names = sorted(p.name for p in old.glob(f"{name}-*"))
     return bool(names) and names == sorted(p.name for p in new.glob(f"{name}-*")) and all(
-        filecmp.cmp(old / n, new / n, shallow=False) for n in names)
+        canonical((old / n).read_text()) == canonical((new / n).read_text()) for n in names)
 
 
 def build_both(against: str, jobs: list[dict], tmp: Path) -> tuple[Path, Path]:

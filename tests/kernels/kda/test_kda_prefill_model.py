@@ -11,7 +11,8 @@ import torch
 
 from tileops.cases import GATE_KINDS, log_decays
 from tileops.reference import recurrent_delta_rule
-from tests.kernels.kda.prefill_model import F64, chain, first_pass
+from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
+from tests.kernels.kda.prefill_model import F64, chain, factored_blocks, first_pass
 
 GATES = GATE_KINDS + ("strong",)
 
@@ -39,10 +40,11 @@ def call(lengths, heads=2, value_heads=4, dim=32, kind="mamba", seed=0, with_sta
     return q, k, v, g, beta, h0, bounds
 
 
-def model(q, k, v, g, beta, h0, bounds, scale, rounding=None):
+def model(q, k, v, g, beta, h0, bounds, scale, rounding=None, factored=False):
     group = v.shape[2] // q.shape[2]
     per_head = [x[0].repeat_interleave(group, dim=1) for x in (q, k)]
-    first = first_pass(*per_head, g[0], None if beta is None else beta[0], bounds, scale=scale, rounding=rounding)
+    first = first_pass(*per_head, g[0], None if beta is None else beta[0], bounds, scale=scale, rounding=rounding,
+                       factored=factored)
     return chain(first, v[0], bounds, h0, rounding=rounding)
 
 
@@ -56,13 +58,14 @@ def relative(x, y):
     return ((x - y).norm() / y.norm()).item()
 
 
+@pytest.mark.parametrize("factored", [False, True], ids=["pairwise", "factored"])
 @pytest.mark.parametrize("kind", GATES)
 @pytest.mark.parametrize("lengths", [(200,), (37, 64, 100, 5, 130), (128, 128)], ids=["one", "packed", "equal"])
-def test_the_schedule_is_the_recurrence(kind, lengths):
+def test_the_schedule_is_the_recurrence(kind, lengths, factored):
     """Exact in float64 (≤ 1e-12) whatever the gates: no pair crosses a sequence, no factor
     overflows, every segment's state decays by its own row."""
     args = call(lengths, kind=kind)
-    o, final = model(*args, scale=0.3)
+    o, final = model(*args, scale=0.3, factored=factored)
     ref_o, ref_final = reference(*args, scale=0.3)
     assert relative(o, ref_o) <= 1e-12
     assert relative(final, ref_final) <= 1e-12
@@ -106,3 +109,53 @@ def test_without_the_delta_rule_the_schedule_is_gla(kind, lengths):
     ref_o, ref_final = reference(q, k, v, g, None, h0, bounds, scale=0.3)
     assert relative(o, ref_o) <= 1e-12
     assert relative(final, ref_final) <= 1e-12
+
+
+def window_gammas(g: torch.Tensor, lengths) -> list:
+    """Each 64-token window's γ [heads, C, K] and sequence per row, as ``first_pass`` forms them."""
+    from tests.kernels.kda.prefill_model import C, sequence_of
+
+    bounds = [0]
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    seq = sequence_of(bounds, bounds[-1])
+    out = []
+    for t0 in range(0, bounds[-1] - C + 1, C):
+        gamma = torch.zeros(g.shape[2], C, g.shape[3], dtype=F64)
+        for i in range(C):
+            restart = i == 0 or seq[t0 + i] != seq[t0 + i - 1]
+            gamma[:, i] = (0.0 if restart else gamma[:, i - 1]) + g[0, t0 + i]
+        out.append((gamma, seq[t0:t0 + C]))
+    return out
+
+
+@pytest.mark.parametrize("kind, share", [("weak", 1.0), ("mamba", 1.0), ("strong", 1.0), ("floor", 0.0)])
+def test_which_blocks_go_by_factors(kind, share):
+    """Every block of one sequence goes by factors under the benchmarks' gates and KDA's bound of −5
+    a token (at most 8 × 5 = 40 from the middle row); none where every token's decay sits at the
+    kernel's floor; and a block that two sequences share never does."""
+    gen = torch.Generator().manual_seed(5)
+    lengths = (256,)
+    g = (torch.full((1, 256, 2, 8), LOG_DECAY_FLOOR, dtype=F64) if kind == "floor"
+         else gates(kind, (1, 256, 2, 8), gen))
+    fits = torch.cat([factored_blocks(gamma, seg) for gamma, seg in window_gammas(g, lengths)], dim=1)
+    assert fits.double().mean().item() == share
+    shared = torch.tensor([0] * 20 + [1] * 44)
+    assert factored_blocks(torch.zeros(2, 64, 8, dtype=F64), shared).tolist() == [[True, False, True, True]] * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["strong", "mamba", "weak"])
+@pytest.mark.parametrize("family", ["kda", "gla"])
+def test_factored_pairs_add_little_to_the_rounding_error(dtype, kind, family):
+    """With the GPU's roundings, the factored in-block pairs (fp32 factors and factored operands)
+    move the outputs by at most a twentieth of the token dtype's own error (fp32 roundings, which
+    the WY solve amplifies most under weak gates: 1.6e-2 of it in fp16)."""
+    q, k, v, g, beta, h0, bounds = call((37, 300, 70), dim=64, kind=kind, seed=3)
+    if family == "gla":
+        beta = None
+    q, k, v = (x.to(dtype).to(F64) for x in (q, k, v))
+    pairwise, _ = model(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5, rounding=dtype)
+    factored, _ = model(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5, rounding=dtype, factored=True)
+    ref_o, _ = reference(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5)
+    assert relative(factored, pairwise) <= 5e-2 * relative(pairwise, ref_o)
