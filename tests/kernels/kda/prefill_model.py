@@ -38,6 +38,28 @@ def sequence_of(bounds: list[int], tokens: int) -> torch.Tensor:
     return seq
 
 
+def window_gamma(g: torch.Tensor, bounds: list[int], seq: torch.Tensor, t0: int) -> tuple:
+    """The window at ``t0``: γ [heads, C, K] (g [tokens, heads, K] floored and summed down each
+    sequence's rows, restarting at its first), each row's sequence (rows past the tokens meet no
+    other row) and the end of each row's sequence."""
+    tokens, heads, dim = g.shape
+    n = min(C, tokens - t0)
+    rows = torch.arange(C)
+    seg = torch.full((C,), -1, dtype=torch.long) - rows
+    seg[:n] = seq[t0:t0 + n]
+    starts = torch.tensor([bounds[s] for s in seg[:n]] + [t0 + i for i in range(n, C)])
+    ends = torch.tensor([bounds[s + 1] for s in seg[:n]] + [t0 + C] * (C - n))
+    restart = (starts - t0).clamp_min(0) == rows
+    gw = torch.zeros(heads, C, dim, dtype=F64)
+    gw[:, :n] = g[t0:t0 + n].transpose(0, 1)
+    gamma = torch.zeros_like(gw)
+    run = torch.zeros(heads, dim, dtype=F64)
+    for i in range(C):
+        run = torch.where(restart[i], 0.0, run) + gw[:, i].clamp_min(LOG_DECAY_FLOOR)
+        gamma[:, i] = run
+    return gamma, seg, ends
+
+
 def factored_blocks(gamma: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
     """[heads, C / BLOCK]: whether a window's block takes its pairs by factors about its middle
     row (``factored``): its rows in one sequence, and every |γ − γ_m| within FACTOR_RANGE.
@@ -74,17 +96,8 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None, factored=False):
             out = torch.zeros((C, *x.shape[1:]), dtype=F64)
             out[:n] = x[t0:t0 + n]
             return out.transpose(0, 1)  # heads first
-        qw, kw, gw, bw = window(q), window(k), window(g), window(beta)
-        seg = torch.full((C,), -1, dtype=torch.long) - rows  # rows past the tokens meet no other row
-        seg[:n] = seq[t0:t0 + n]
-        starts = torch.tensor([bounds[s] for s in seg[:n]] + [t0 + i for i in range(n, C)])
-        ends = torch.tensor([bounds[s + 1] for s in seg[:n]] + [t0 + C] * (C - n))
-        restart = (starts - t0).clamp_min(0) == rows
-        gamma = torch.zeros_like(gw)
-        run = torch.zeros(heads, dim, dtype=F64)
-        for i in range(C):
-            run = torch.where(restart[i], 0.0, run) + gw[:, i].clamp_min(LOG_DECAY_FLOOR)
-            gamma[:, i] = run
+        qw, kw, bw = window(q), window(k), window(beta)
+        gamma, seg, ends = window_gamma(g, bounds, seq, t0)
         same = seg[:, None] == seg[None, :]
         a_sum = torch.zeros(heads, C, C, dtype=F64)
         m_sum = torch.zeros_like(a_sum)

@@ -12,7 +12,7 @@ import torch
 from tileops.cases import GATE_KINDS, log_decays
 from tileops.reference import recurrent_delta_rule
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
-from tests.kernels.kda.prefill_model import F64, chain, factored_blocks, first_pass
+from tests.kernels.kda.prefill_model import F64, chain, factored_blocks, first_pass, sequence_of, window_gamma
 
 GATES = GATE_KINDS + ("strong",)
 
@@ -111,34 +111,17 @@ def test_without_the_delta_rule_the_schedule_is_gla(kind, lengths):
     assert relative(final, ref_final) <= 1e-12
 
 
-def window_gammas(g: torch.Tensor, lengths) -> list:
-    """Each 64-token window's γ [heads, C, K] and sequence per row, as ``first_pass`` forms them."""
-    from tests.kernels.kda.prefill_model import C, sequence_of
-
-    bounds = [0]
-    for n in lengths:
-        bounds.append(bounds[-1] + n)
-    seq = sequence_of(bounds, bounds[-1])
-    out = []
-    for t0 in range(0, bounds[-1] - C + 1, C):
-        gamma = torch.zeros(g.shape[2], C, g.shape[3], dtype=F64)
-        for i in range(C):
-            restart = i == 0 or seq[t0 + i] != seq[t0 + i - 1]
-            gamma[:, i] = (0.0 if restart else gamma[:, i - 1]) + g[0, t0 + i]
-        out.append((gamma, seq[t0:t0 + C]))
-    return out
-
-
 @pytest.mark.parametrize("kind, share", [("weak", 1.0), ("mamba", 1.0), ("strong", 1.0), ("floor", 0.0)])
 def test_which_blocks_go_by_factors(kind, share):
     """Every block of one sequence goes by factors under the benchmarks' gates and KDA's bound of −5
     a token (at most 8 × 5 = 40 from the middle row); none where every token's decay sits at the
     kernel's floor; and a block that two sequences share never does."""
     gen = torch.Generator().manual_seed(5)
-    lengths = (256,)
     g = (torch.full((1, 256, 2, 8), LOG_DECAY_FLOOR, dtype=F64) if kind == "floor"
          else gates(kind, (1, 256, 2, 8), gen))
-    fits = torch.cat([factored_blocks(gamma, seg) for gamma, seg in window_gammas(g, lengths)], dim=1)
+    seq = sequence_of([0, 256], 256)
+    windows = [window_gamma(g[0], [0, 256], seq, t0)[:2] for t0 in range(0, 256, 64)]
+    fits = torch.cat([factored_blocks(gamma, seg) for gamma, seg in windows], dim=1)
     assert fits.double().mean().item() == share
     shared = torch.tensor([0] * 20 + [1] * 44)
     assert factored_blocks(torch.zeros(2, 64, 8, dtype=F64), shared).tolist() == [[True, False, True, True]] * 2
