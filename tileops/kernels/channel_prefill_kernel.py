@@ -25,15 +25,12 @@ from tileops.kernels.registry import register
 
 class ChannelPrefillConfig(TiledConfig):
     """The value-major chain's tiling: ``block_v`` value rows per CTA (``threads`` = 2 · ``block_v``),
-    its pipeline stages and whether its independent products wait in pairs; and how the first
-    pass forms the pairs inside a 16-row block: each pair's decay whole, or (``factored``) as two
-    factors about the block's middle row where the block's decays allow."""
+    its pipeline stages and whether its independent products wait in pairs."""
 
     chunk_size: Literal[64] = 64
     block_v: Literal[64, 128] = 64
     num_stages: Literal[1, 2] = 2
     walk_issue: Literal["serial", "paired"] = "serial"
-    block_pairs: Literal["exact", "factored"] = "exact"
 
     @property
     def threads(self) -> int:
@@ -65,8 +62,6 @@ def plan(config: ChannelPrefillConfig, spec: CallSpec, delta: bool = True) -> st
     walks = spec.batch * spec.value_heads
     tiles = walks * (spec.dim_v // config.block_v)
     first = "per-channel gated products and WY solve" if delta else "per-channel gated products"
-    if config.block_pairs == "factored":
-        first += " (in-block pairs by factors about each block's middle row where they fit)"
     width = call_width(spec, config.chunk_size, config.block_v, delta)
     cut = (f"; sequences cut into pieces of {width} windows walked side by side, from zero and then from their "
            "exact entries (the state's transition over a piece is its decay)") if width else ""

@@ -13,7 +13,7 @@ from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
 from tileops.kernels.gla.prefill import KERNEL
 from tileops.tuner.plan import plan
 from tileops.tuner.study import valid_points
-from tests.kernels.resources import assert_fits_an_sm, blocks_per_sm, launch_smem, needs_nvcc, runtime_dims
+from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
 
 
 def spec(mode: str = "prefill", dtype: torch.dtype = torch.bfloat16, heads: int = 16, dim: int = 128,
@@ -91,14 +91,3 @@ def test_one_stage_with_paired_waits_is_refused_and_left_out_of_the_space(case):
     points = valid_points(task.kernel, task.spec)
     assert {"serial", "paired"} == {p["walk_issue"] for p in points} and {1, 2} == {p["num_stages"] for p in points}
     assert not any(p["walk_issue"] == "paired" and p["num_stages"] == 1 for p in points)
-
-
-@needs_nvcc
-def test_the_factored_first_pass_compiles_and_keeps_two_blocks_an_sm():
-    """GLA's first pass with the in-block pairs by factors: within an SM's share, two blocks an SM."""
-    from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
-
-    launcher = ChannelPrefillLauncher(ChannelPrefillConfig(block_pairs="factored"), spec(), delta=False)
-    assert_fits_an_sm(launcher.prep, launch_smem(launcher.prep))
-    assert blocks_per_sm(launcher.prep) >= 2
-    assert "kf_s" in launcher.prep.get_kernel_source()

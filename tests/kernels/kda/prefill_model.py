@@ -8,8 +8,7 @@ the decay row its segment reads.
 
 ``rounding`` (a 16-bit dtype, or None for exact float64) rounds what the GPU rounds: the
 off-diagonal operands to fp16, the first pass's outputs to the token dtype, and the walk's 16-bit
-operands (its copy of Sᵀ, Xᵀ and Δᵀ); with ``factored`` also the fp32 factors and factored keys
-and queries of the blocks whose pairs go by factors. Products accumulate in float64 either way.
+operands (its copy of Sᵀ, Xᵀ and Δᵀ). Products accumulate in float64 either way.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import Optional
 import torch
 
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
-from tileops.kernels.programs.chunk_prep_channel import FACTOR_RANGE, MID
 
 F64 = torch.float64
 C = 64
@@ -38,45 +36,11 @@ def sequence_of(bounds: list[int], tokens: int) -> torch.Tensor:
     return seq
 
 
-def window_gamma(g: torch.Tensor, bounds: list[int], seq: torch.Tensor, t0: int) -> tuple:
-    """The window at ``t0``: γ [heads, C, K] (g [tokens, heads, K] floored and summed down each
-    sequence's rows, restarting at its first), each row's sequence (rows past the tokens meet no
-    other row) and the end of each row's sequence."""
-    tokens, heads, dim = g.shape
-    n = min(C, tokens - t0)
-    rows = torch.arange(C)
-    seg = torch.full((C,), -1, dtype=torch.long) - rows
-    seg[:n] = seq[t0:t0 + n]
-    starts = torch.tensor([bounds[s] for s in seg[:n]] + [t0 + i for i in range(n, C)])
-    ends = torch.tensor([bounds[s + 1] for s in seg[:n]] + [t0 + C] * (C - n))
-    restart = (starts - t0).clamp_min(0) == rows
-    gw = torch.zeros(heads, C, dim, dtype=F64)
-    gw[:, :n] = g[t0:t0 + n].transpose(0, 1)
-    gamma = torch.zeros_like(gw)
-    run = torch.zeros(heads, dim, dtype=F64)
-    for i in range(C):
-        run = torch.where(restart[i], 0.0, run) + gw[:, i].clamp_min(LOG_DECAY_FLOOR)
-        gamma[:, i] = run
-    return gamma, seg, ends
-
-
-def factored_blocks(gamma: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
-    """[heads, C / BLOCK]: whether a window's block takes its pairs by factors about its middle
-    row (``factored``): its rows in one sequence, and every |γ − γ_m| within FACTOR_RANGE.
-    gamma [heads, C, K], seg [C]."""
-    heads, _, dim = gamma.shape
-    by_block = gamma.reshape(heads, C // BLOCK, BLOCK, dim)
-    near = (by_block - by_block[:, :, MID:MID + 1]).abs().amax(dim=(2, 3)) <= FACTOR_RANGE
-    blocks = seg.reshape(C // BLOCK, BLOCK)
-    return near & (blocks[:, 0] == blocks[:, -1])[None]
-
-
-def first_pass(q, k, g, beta, bounds, *, scale, rounding=None, factored=False):
+def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
     """The first pass's outputs: tp, m [HV, tokens, C], qo, kx, ks [HV, tokens, K], decay
     [HV, W + N, K]. q, k, g [tokens, HV, K] (q and k already per value head, normalised as the
     kernel's row factors would), beta [tokens, HV], or None without the delta rule (then tp and
-    kx are None); ``bounds`` the sequences' offsets; ``factored``: the in-block pairs of the blocks
-    that allow it as two fp32 factors about the block's middle row."""
+    kx are None); ``bounds`` the sequences' offsets."""
     delta = beta is not None
     if not delta:
         beta = torch.zeros(q.shape[:2], dtype=F64)
@@ -96,8 +60,17 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None, factored=False):
             out = torch.zeros((C, *x.shape[1:]), dtype=F64)
             out[:n] = x[t0:t0 + n]
             return out.transpose(0, 1)  # heads first
-        qw, kw, bw = window(q), window(k), window(beta)
-        gamma, seg, ends = window_gamma(g, bounds, seq, t0)
+        qw, kw, gw, bw = window(q), window(k), window(g), window(beta)
+        seg = torch.full((C,), -1, dtype=torch.long) - rows  # rows past the tokens meet no other row
+        seg[:n] = seq[t0:t0 + n]
+        starts = torch.tensor([bounds[s] for s in seg[:n]] + [t0 + i for i in range(n, C)])
+        ends = torch.tensor([bounds[s + 1] for s in seg[:n]] + [t0 + C] * (C - n))
+        restart = (starts - t0).clamp_min(0) == rows
+        gamma = torch.zeros_like(gw)
+        run = torch.zeros(heads, dim, dtype=F64)
+        for i in range(C):
+            run = torch.where(restart[i], 0.0, run) + gw[:, i].clamp_min(LOG_DECAY_FLOOR)
+            gamma[:, i] = run
         same = seg[:, None] == seg[None, :]
         a_sum = torch.zeros(heads, C, C, dtype=F64)
         m_sum = torch.zeros_like(a_sum)
@@ -116,19 +89,8 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None, factored=False):
         pair_decay = (gamma[:, :, None, :] - gamma[:, None, :, :]).exp()
         pair_decay = torch.where(inner[None, :, :, None] & (rows[:, None] >= rows[None, :])[None, :, :, None],
                                  pair_decay, 0.0)
-        a_pairs = torch.einsum("hic,hjc,hijc->hij", kw, kw, pair_decay)
-        m_pairs = torch.einsum("hic,hjc,hijc->hij", qw, kw, pair_decay)
-        if factored:  # below the diagonal: x_i e^{γ_i − γ_m} times k_j e^{γ_m − γ_j}, each rounded to fp32
-            fp32 = rounding and torch.float32
-            mid = gamma[:, rows // BLOCK * BLOCK + MID]
-            to_row = rounded((gamma - mid).exp(), fp32)
-            kf = rounded(kw * rounded((mid - gamma).clamp_max(FACTOR_RANGE).exp(), fp32), fp32)
-            below = inner & (rows[:, None] > rows[None, :])
-            fit = factored_blocks(gamma, seg)[:, rows // BLOCK, None] & below
-            a_pairs = torch.where(fit, rounded(kw * to_row, fp32) @ kf.mT, a_pairs)
-            m_pairs = torch.where(fit, rounded(qw * to_row, fp32) @ kf.mT, m_pairs)
-        a_sum += a_pairs
-        m_sum += m_pairs
+        a_sum += torch.einsum("hic,hjc,hijc->hij", kw, kw, pair_decay)
+        m_sum += torch.einsum("hic,hjc,hijc->hij", qw, kw, pair_decay)
         a = torch.where(same & (rows[None, :] < rows[:, None]), bw[:, :, None] * a_sum, 0.0)
         mm = torch.where(same & (rows[None, :] <= rows[:, None]), scale * m_sum, 0.0)
         eye = torch.eye(C, dtype=F64)

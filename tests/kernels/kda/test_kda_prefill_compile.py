@@ -81,17 +81,3 @@ def test_two_first_passes_share_an_sm():
     At K = 128 its q, k and γ tiles, the products' operands and the solve's must fit half an SM."""
     assert blocks_per_sm(KERNEL.build(ChannelPrefillConfig(), spec()).prep) >= 2
 
-
-
-@needs_nvcc
-@pytest.mark.parametrize("call", [spec(), spec(mode="varlen", batch=1, dim=64, heads=2, value_heads=4, dtype=torch.float16)],
-                         ids=["bf16-k128", "fp16-k64-packed"])
-def test_the_factored_first_pass_compiles_and_keeps_two_blocks_an_sm(call):
-    """The in-block pairs by factors (``block_pairs="factored"``): its K ⊙ e^{γ_m − γ} tile takes
-    the place of the earlier blocks' operand tiles, so two first passes still share an SM; both
-    forms of the pairs are in the program (a block that strays takes the pairwise one)."""
-    launcher = KERNEL.build(ChannelPrefillConfig(block_pairs="factored"), call)
-    assert_fits_an_sm(launcher.prep, launch_smem(launcher.prep))
-    assert blocks_per_sm(launcher.prep) >= 2
-    source = launcher.prep.get_kernel_source()
-    assert "kf_s" in source and "far_s" in source and "gam_s" in source

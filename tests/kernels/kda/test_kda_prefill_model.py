@@ -11,8 +11,7 @@ import torch
 
 from tileops.cases import GATE_KINDS, log_decays
 from tileops.reference import recurrent_delta_rule
-from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
-from tests.kernels.kda.prefill_model import F64, chain, factored_blocks, first_pass, sequence_of, window_gamma
+from tests.kernels.kda.prefill_model import F64, chain, first_pass
 
 GATES = GATE_KINDS + ("strong",)
 
@@ -40,11 +39,10 @@ def call(lengths, heads=2, value_heads=4, dim=32, kind="mamba", seed=0, with_sta
     return q, k, v, g, beta, h0, bounds
 
 
-def model(q, k, v, g, beta, h0, bounds, scale, rounding=None, factored=False):
+def model(q, k, v, g, beta, h0, bounds, scale, rounding=None):
     group = v.shape[2] // q.shape[2]
     per_head = [x[0].repeat_interleave(group, dim=1) for x in (q, k)]
-    first = first_pass(*per_head, g[0], None if beta is None else beta[0], bounds, scale=scale, rounding=rounding,
-                       factored=factored)
+    first = first_pass(*per_head, g[0], None if beta is None else beta[0], bounds, scale=scale, rounding=rounding)
     return chain(first, v[0], bounds, h0, rounding=rounding)
 
 
@@ -58,14 +56,13 @@ def relative(x, y):
     return ((x - y).norm() / y.norm()).item()
 
 
-@pytest.mark.parametrize("factored", [False, True], ids=["pairwise", "factored"])
 @pytest.mark.parametrize("kind", GATES)
 @pytest.mark.parametrize("lengths", [(200,), (37, 64, 100, 5, 130), (128, 128)], ids=["one", "packed", "equal"])
-def test_the_schedule_is_the_recurrence(kind, lengths, factored):
+def test_the_schedule_is_the_recurrence(kind, lengths):
     """Exact in float64 (≤ 1e-12) whatever the gates: no pair crosses a sequence, no factor
     overflows, every segment's state decays by its own row."""
     args = call(lengths, kind=kind)
-    o, final = model(*args, scale=0.3, factored=factored)
+    o, final = model(*args, scale=0.3)
     ref_o, ref_final = reference(*args, scale=0.3)
     assert relative(o, ref_o) <= 1e-12
     assert relative(final, ref_final) <= 1e-12
@@ -109,36 +106,3 @@ def test_without_the_delta_rule_the_schedule_is_gla(kind, lengths):
     ref_o, ref_final = reference(q, k, v, g, None, h0, bounds, scale=0.3)
     assert relative(o, ref_o) <= 1e-12
     assert relative(final, ref_final) <= 1e-12
-
-
-@pytest.mark.parametrize("kind, share", [("weak", 1.0), ("mamba", 1.0), ("strong", 1.0), ("floor", 0.0)])
-def test_which_blocks_go_by_factors(kind, share):
-    """Every block of one sequence goes by factors under the benchmarks' gates and KDA's bound of −5
-    a token (at most 8 × 5 = 40 from the middle row); none where every token's decay sits at the
-    kernel's floor; and a block that two sequences share never does."""
-    gen = torch.Generator().manual_seed(5)
-    g = (torch.full((1, 256, 2, 8), LOG_DECAY_FLOOR, dtype=F64) if kind == "floor"
-         else gates(kind, (1, 256, 2, 8), gen))
-    seq = sequence_of([0, 256], 256)
-    windows = [window_gamma(g[0], [0, 256], seq, t0)[:2] for t0 in range(0, 256, 64)]
-    fits = torch.cat([factored_blocks(gamma, seg) for gamma, seg in windows], dim=1)
-    assert fits.double().mean().item() == share
-    shared = torch.tensor([0] * 20 + [1] * 44)
-    assert factored_blocks(torch.zeros(2, 64, 8, dtype=F64), shared).tolist() == [[True, False, True, True]] * 2
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kind", ["strong", "mamba", "weak"])
-@pytest.mark.parametrize("family", ["kda", "gla"])
-def test_factored_pairs_add_little_to_the_rounding_error(dtype, kind, family):
-    """With the GPU's roundings, the factored in-block pairs (fp32 factors and factored operands)
-    move the outputs by at most a twentieth of the token dtype's own error (fp32 roundings, which
-    the WY solve amplifies most under weak gates: 1.6e-2 of it in fp16)."""
-    q, k, v, g, beta, h0, bounds = call((37, 300, 70), dim=64, kind=kind, seed=3)
-    if family == "gla":
-        beta = None
-    q, k, v = (x.to(dtype).to(F64) for x in (q, k, v))
-    pairwise, _ = model(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5, rounding=dtype)
-    factored, _ = model(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5, rounding=dtype, factored=True)
-    ref_o, _ = reference(q, k, v, g, beta, h0, bounds, scale=64 ** -0.5)
-    assert relative(factored, pairwise) <= 5e-2 * relative(pairwise, ref_o)

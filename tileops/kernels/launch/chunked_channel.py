@@ -25,16 +25,13 @@ from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan,
 from tileops.kernels.plans.packing import packed
 
 
-def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True, factored: bool = False) -> Program:
-    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule;
-    ``factored``: the in-block pairs by factors where they fit)."""
+def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
+    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule)."""
     flags = transform_flags(spec, True)
     del flags["gated"]
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 sequences=sequences(spec), scale=query_scale(spec), lower_bound=spec.flag("lower_bound"),
                 delta=delta, **flags)
-    if factored:  # only then: the pairwise form's programs keep their keys in the compile cache
-        args["factored"] = True
     return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
@@ -70,8 +67,7 @@ class ChannelPrefillLauncher:
         self.varlen = spec.mode == "varlen"
         assert not (boundaries and self.varlen), "boundary states for equal lengths only"
         self.value_first = bool(spec.flag("state_v_first", False))
-        factored = config.block_pairs == "factored"
-        self.prep = compile_channel_prep(config, spec, delta, factored)
+        self.prep = compile_channel_prep(config, spec, delta)
         self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
@@ -79,7 +75,7 @@ class ChannelPrefillLauncher:
         self.cut_prep = self.cut_chain = self.cut_entries = None
         if may_cut(spec, config.block_v, delta):
             packed_spec = dataclasses.replace(spec, mode="varlen")
-            self.cut_prep = compile_channel_prep(config, packed_spec, delta, factored)
+            self.cut_prep = compile_channel_prep(config, packed_spec, delta)
             self.cut_chain = compile_channel_chain(config, packed_spec, delta)
             self.cut_entries = compile_channel_entries(config, spec)
         self.tiles = walk_tiles(spec, config.block_v)

@@ -19,10 +19,7 @@ them through one tensor-core product each, of K ⊙ e^{γ − γ_r} (block I's r
 K ⊙ e^{γ_r − γ} (the rows before r), every factor at most 1, in fp16; a factor whose row lies in
 another sequence than r is zero, so no pair crosses a sequence. Inside a block the pairs are
 formed one by one in fp32, the lower triangle only, exact whatever the decays (a reference inside
-the block would bound its factors only under a bounded gate). With ``factored``, a block that lies
-in one sequence and whose γ stays within e^{±FACTOR_RANGE} of its middle row's forms each pair's
-decay as the product of two fp32 factors about that row, e^{γ_i − γ_m} · e^{γ_m − γ_j}: one
-exponential per row and channel instead of one per pair; other blocks keep the pairwise form.
+the block would bound its factors only under a bounded gate).
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -40,13 +37,11 @@ SKEW = 8  # the quarters walk their channels from offsets SKEW apart, so that a 
 # and k meet few bank conflicts (1.4 ways on average, against 3.5 with interleaved channels)
 ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
 # that a warp reads in one channel in 16 banks
-MID = BLOCK // 2  # the row of a block its pairs' factors are taken about
-FACTOR_RANGE = 80.0  # the largest |γ − γ_m| of a factored block: e^{±80} are normal fp32 numbers
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
                          l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
-                         lower_bound=None, delta: bool = True, factored: bool = False):
+                         lower_bound=None, delta: bool = True):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Arguments: q, k, g [tokens, HV, K], beta, a_log [HV], dt_bias [HV · K], then the tables of
@@ -54,8 +49,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     [HV, tokens, C], ``qo``, ``kx`` and ``ks`` [HV, tokens, K] in the input dtype and ``decay``
     [HV, W + N, K] in fp32; g, beta, A_log and dt_bias in fp32 (A_log and dt_bias are read with
     ``gate_in_kernel`` only; zeros stand in for an absent dt_bias). ``lower_bound``: the in-kernel
-    gate's bound (``channel_gate_transform``); ``factored``: the in-block pairs by factors where they
-    fit. Without ``delta``: inputs q, k and g, outputs
+    gate's bound (``channel_gate_transform``). Without ``delta``: inputs q, k and g, outputs
     ``m_out``, ``qo``, ``ks`` and ``decay``. Grid: (HV, ceil(tokens / C)), one warpgroup each.
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
@@ -146,73 +140,13 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             decay[hv, w, tx] = T.exp(gam_s[tx, T.min(tokens - w * C, C) - 1])
 
     @T.macro
-    def pair_factors(k_s, gam_s, far_s, kf_s, tx):
-        """For ``factored``: k ⊙ e^{γ_m − γ} of every row (m its block's middle row; the exponent
-        clamped to FACTOR_RANGE) into ``kf_s`` [C, K] fp32, its columns turned by the row (row j's
-        channel c at (c + j) mod K, so that a warp's reads of the pairs fall in distinct banks),
-        and a nonzero ``far_s`` entry for each block whose γ strays further than FACTOR_RANGE from
-        its middle row's (``far_s`` cleared at the start)."""
-        for i, c in T.Parallel(C, K):
-            exponent = gam_s[c, i // BLOCK * BLOCK + MID] - gam_s[c, i]
-            kf_s[i, (c + i) % K] = T.cast(k_s[i, c], accum) * T.exp(T.min(exponent, FACTOR_RANGE))
-        if tx < K:
-            for blk in T.serial(C // BLOCK):
-                for u in T.serial(BLOCK):
-                    if T.abs(gam_s[tx, blk * BLOCK + u] - gam_s[tx, blk * BLOCK + MID]) > FACTOR_RANGE:
-                        far_s[blk] = 1
-
-    @T.macro
-    def pair_sums(q_s, k_s, gam_s, kf_s, acc_a, acc_m, tx, by_factors: bool):
-        """The sums of ``block_pairs`` for this thread's slots, each pair's decay e^{γ_i − γ_j}
-        formed whole (``by_factors`` False) or as e^{γ_i − γ_m} times ``kf_s``'s e^{γ_m − γ_j}."""
-        rows_l = T.alloc_local([4], accum) if by_factors else None  # the two rows' factored k and q
-        quarter = tx % QUARTERS
-        blk = tx // WARP
-        p = tx % WARP // QUARTERS
-        lo = blk * BLOCK + p
-        hi = blk * BLOCK + BLOCK - 1 - p
-        for m in T.serial(K // QUARTERS):
-            c = quarter * (K // QUARTERS) + (m + SKEW * quarter) % (K // QUARTERS)
-            g_lo = gam_s[c, lo]
-            g_hi = gam_s[c, hi]
-            k_lo = T.cast(k_s[lo, c], accum)
-            k_hi = T.cast(k_s[hi, c], accum)
-            q_lo = T.cast(q_s[lo, c], accum)
-            q_hi = T.cast(q_s[hi, c], accum)
-            acc_m[SLOTS] = acc_m[SLOTS] + q_lo * k_lo
-            acc_m[SLOTS + 1] = acc_m[SLOTS + 1] + q_hi * k_hi
-            if by_factors:  # the rows' keys and queries times their own factors e^{γ − γ_m}, once
-                g_mid = gam_s[c, blk * BLOCK + MID]
-                rows_l[0] = T.exp(g_lo - g_mid)
-                rows_l[1] = T.exp(g_hi - g_mid)
-                rows_l[2] = q_lo * rows_l[0]
-                rows_l[3] = q_hi * rows_l[1]
-                rows_l[0] = k_lo * rows_l[0]
-                rows_l[1] = k_hi * rows_l[1]
-            for u in T.unroll(SLOTS, explicit=True):  # slot u: row lo's column u, or row hi's column u − p
-                first = u < p
-                j = blk * BLOCK + T.if_then_else(first, u, u - p)
-                if by_factors:
-                    kj = kf_s[j, (c + j) % K]
-                    if delta:
-                        acc_a[u] = acc_a[u] + T.if_then_else(first, rows_l[0], rows_l[1]) * kj
-                    acc_m[u] = acc_m[u] + T.if_then_else(first, rows_l[2], rows_l[3]) * kj
-                else:  # across sequences the exponent may be large: the caller drops those entries
-                    kj = T.cast(k_s[j, c], accum) * T.exp(T.if_then_else(first, g_lo, g_hi) - gam_s[c, j])
-                    if delta:
-                        acc_a[u] = acc_a[u] + T.if_then_else(first, k_lo, k_hi) * kj
-                    acc_m[u] = acc_m[u] + T.if_then_else(first, q_lo, q_hi) * kj
-
-    @T.macro
-    def block_pairs(q_s, k_s, gam_s, seg_s, far_s, kf_s, a_s, d_s, tx):
-        """The pairs inside each 16-row block in fp32, the lower triangle only:
+    def block_pairs(q_s, k_s, gam_s, a_s, d_s, tx):
+        """The pairs inside each 16-row block, one by one in fp32, the lower triangle only:
         Σ_c k_ic k_jc e^{γ_ic − γ_jc} into ``a_s`` (j < i) and Σ_c q_ic k_jc e^{γ_ic − γ_jc} into
         ``d_s`` (j ≤ i; the caller keeps the pairs of one sequence). Rows p and 15 − p of a block
         hold p + (15 − p) pairs below the diagonal, so every thread forms the same SLOTS of them,
         over a quarter of the channels; shuffles sum the quarters. A warp takes one block, its
-        lanes the eight row pairs times the four quarters: with ``factored``, a block in one
-        sequence whose γ stays near its middle row's goes by factors (the same branch for the
-        whole warp)."""
+        lanes the eight row pairs times the four quarters."""
         acc_a = T.alloc_local([SLOTS], accum)
         acc_m = T.alloc_local([SLOTS + 2], accum)  # and the two rows' diagonal entries
         quarter = tx % QUARTERS
@@ -225,13 +159,24 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         if delta:
             for u in T.unroll(SLOTS, explicit=True):
                 acc_a[u] = 0.0
-        if factored:
-            if seg_s[blk * BLOCK] == seg_s[blk * BLOCK + BLOCK - 1] and far_s[blk] == 0:
-                pair_sums(q_s, k_s, gam_s, kf_s, acc_a, acc_m, tx, True)
-            else:
-                pair_sums(q_s, k_s, gam_s, kf_s, acc_a, acc_m, tx, False)
-        else:
-            pair_sums(q_s, k_s, gam_s, kf_s, acc_a, acc_m, tx, False)
+        for m in T.serial(K // QUARTERS):
+            c = quarter * (K // QUARTERS) + (m + SKEW * quarter) % (K // QUARTERS)
+            g_lo = gam_s[c, lo]
+            g_hi = gam_s[c, hi]
+            k_lo = T.cast(k_s[lo, c], accum)
+            k_hi = T.cast(k_s[hi, c], accum)
+            q_lo = T.cast(q_s[lo, c], accum)
+            q_hi = T.cast(q_s[hi, c], accum)
+            acc_m[SLOTS] = acc_m[SLOTS] + q_lo * k_lo
+            acc_m[SLOTS + 1] = acc_m[SLOTS + 1] + q_hi * k_hi
+            for u in T.unroll(SLOTS, explicit=True):  # slot u: row lo's column u, or row hi's column u − p
+                first = u < p
+                j = blk * BLOCK + T.if_then_else(first, u, u - p)
+                # Across sequences the exponent may be large: the caller drops those entries.
+                kj = T.cast(k_s[j, c], accum) * T.exp(T.if_then_else(first, g_lo, g_hi) - gam_s[c, j])
+                if delta:
+                    acc_a[u] = acc_a[u] + T.if_then_else(first, k_lo, k_hi) * kj
+                acc_m[u] = acc_m[u] + T.if_then_else(first, q_lo, q_hi) * kj
         for u in T.unroll(SLOTS + 2, explicit=True):
             for d in T.unroll(2, explicit=True):
                 acc_m[u] = acc_m[u] + T.shfl_xor(acc_m[u], 1 << d)
@@ -309,13 +254,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         beg_s = T.alloc_shared([C], "int32")
         end_s = T.alloc_shared([C], "int32")
         last_s = T.alloc_shared([C], "int32")
-        far_s = kf_s = None  # with ``factored``: the blocks that stray, and K's factored rows
-        if factored:
-            far_s = T.alloc_shared([C // BLOCK], "int32")
-            kf_s = T.alloc_shared([C, K], accum)
         tx = T.get_thread_binding()
-        if factored and tx < C // BLOCK:
-            far_s[tx] = 0
 
         T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
         T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
@@ -329,9 +268,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 rq_n[i] = 1.0
         scan(gam_s, beg_s, last_s, decay, hv, w, tx)
         earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f)
-        if factored:
-            pair_factors(k_s, gam_s, far_s, kf_s, tx)
-        block_pairs(q_s, k_s, gam_s, seg_s, far_s, kf_s, a_s, d_s, tx)
+        block_pairs(q_s, k_s, gam_s, a_s, d_s, tx)
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
             inner = i // BLOCK == j // BLOCK  # outside the diagonal blocks a_s and d_s hold nothing
