@@ -92,8 +92,9 @@ def bench_rows(op: str, kind: str = "all") -> list:
 def main_command(
     op: str = typer.Option("gdn", help="Op family to benchmark: gdn, kda, deltanet or gla."),
     rows_kind: str = typer.Option("all", "--rows", help="all, prefill, decode or train (training step) rows."),
-    gates: str = typer.Option("benchmark", help="Gates every row draws: benchmark (about e^-0.1 a token), "
-                                                "weak (about -1e-3), mamba (Mamba's initialisation) or zero."),
+    gates: str = typer.Option("benchmark", help="Gates the rows draw, one kind or several with commas (each row "
+                                                "timed under each): benchmark (about e^-0.1 a token), weak "
+                                                "(about -1e-3), mamba (Mamba's initialisation) or zero."),
     peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
                                              help="PYTHONPATH holding the peers (fla, tileops 0.1.0)."),
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
@@ -105,8 +106,11 @@ def main_command(
                                                 "kind --rows names)."),
 ) -> None:
     """Time ours and the peers on the op's benchmark rows; print a table, write JSON and a plot."""
-    if gates not in GATE_KINDS:
-        raise typer.BadParameter(f"--gates takes {', '.join(GATE_KINDS)}, not {gates!r}", param_hint="--gates")
+    kinds = tuple(kind.strip() for kind in gates.split(","))
+    unknown = [kind for kind in kinds if kind not in GATE_KINDS]
+    if unknown:
+        raise typer.BadParameter(f"--gates takes {', '.join(GATE_KINDS)} (several with commas), not "
+                                 f"{', '.join(map(repr, unknown))}", param_hint="--gates")
     if cold_start:
         from tileops.cli.cold_start import measure_cold_start
 
@@ -135,7 +139,7 @@ def main_command(
             raise typer.Exit(1)
         from tileops.cli.bench_run import bench
 
-        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout, gates)
+        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout, kinds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     console.print(render(rows, op))

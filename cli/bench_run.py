@@ -36,11 +36,17 @@ def first_call(case: Case, gates: str = "benchmark") -> tuple[Callable[[], objec
     return (lambda: op(*args)), time.perf_counter() - start
 
 
-def peer_command(peer: str, cases: list[Case], gates: str = "benchmark") -> list[str]:
-    """`python3 -P peer_bench.py --hold` on the rows: the peer's own process, from a neutral folder."""
-    rows = [dict(asdict(c), label=c.label, seqlens=list(c.seqlens) if c.seqlens else None, gates=gates)
-            for c in cases]
-    return [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(rows), "--hold"]
+def row_label(case: Case, gates: str) -> str:
+    """A row's label: the case's, and the gates it draws unless they are the benchmark's."""
+    return case.label if gates == "benchmark" else f"{case.label} [{gates} gates]"
+
+
+def peer_command(peer: str, rows: list[tuple[Case, str]]) -> list[str]:
+    """`python3 -P peer_bench.py --hold` on the rows (case, gates): the peer's own process, from a
+    neutral folder."""
+    payload = [dict(asdict(c), label=row_label(c, g), seqlens=list(c.seqlens) if c.seqlens else None, gates=g)
+               for c, g in rows]
+    return [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(payload), "--hold"]
 
 
 class PeerRun:
@@ -48,7 +54,7 @@ class PeerRun:
     minutes and may run beside another peer's), says so, and times the rows when ``go`` tells it
     to. It may run ``timeout_s`` seconds of its own: its first calls, then its timings."""
 
-    def __init__(self, peer: str, cases: list[Case], pythonpath: str, timeout_s: float, gates: str):
+    def __init__(self, peer: str, rows: list[tuple[Case, str]], pythonpath: str, timeout_s: float):
         self.peer, self.timeout_s = peer, timeout_s
         self.lines: list[str] = []
         self.warmed = threading.Event()
@@ -56,7 +62,7 @@ class PeerRun:
         self.warm_s: Optional[float] = None
         self.stderr = tempfile.TemporaryFile("w+")
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(peer_command(peer, cases, gates), cwd="/tmp", text=True,
+        self.proc = subprocess.Popen(peer_command(peer, rows), cwd="/tmp", text=True,
                                      env=dict(os.environ, PYTHONPATH=pythonpath),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -106,9 +112,9 @@ class PeerRun:
         self.proc.wait()
 
 
-def start_peers(cases: list[Case], pythonpath: str, timeout_s: float, gates: str) -> list[PeerRun]:
-    """Every peer's process, making its first calls."""
-    return [PeerRun(p, cases, pythonpath, timeout_s, gates) for p in PEERS]
+def start_peers(rows: list[tuple[Case, str]], pythonpath: str, timeout_s: float) -> list[PeerRun]:
+    """Every peer's process, making its first calls on the rows (case, gates)."""
+    return [PeerRun(p, rows, pythonpath, timeout_s) for p in PEERS]
 
 
 def finish_peers(runs: list[PeerRun]) -> dict[str, dict[str, dict]]:
@@ -127,33 +133,34 @@ def finish_peers(runs: list[PeerRun]) -> dict[str, dict[str, dict]]:
 
 
 def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 900,
-          gates: str = "benchmark") -> list[dict]:
-    """Every row, its gates drawn as ``gates`` says (``tileops.cases.log_decays``): our time, each
+          gates: tuple[str, ...] = ("benchmark",)) -> list[dict]:
+    """Every row under each gate kind of ``gates`` (``tileops.cases.log_decays``): our time, each
     peer's, the work and the floor."""
     # The peers' first calls (compiles and autotuning: minutes) run beside ours; every timing runs
     # alone, after all of them. Each figure is printed as it comes, so that a run cut short still
     # shows what it measured.
-    runs = start_peers(cases, peers_path, peer_timeout_s, gates) if peers_path else []
+    rows = [(c, g) for c in cases for g in gates]
+    runs = start_peers(rows, peers_path, peer_timeout_s) if peers_path else []
     calls = {}
-    for c in cases:
-        calls[c.label] = first_call(c, gates)
-        print(f"ours {c.label}: first call {calls[c.label][1]:.1f} s", flush=True)
+    for c, g in rows:
+        label = row_label(c, g)
+        calls[label] = first_call(c, g)
+        print(f"ours {label}: first call {calls[label][1]:.1f} s", flush=True)
     for run in runs:
         run.wait_warm()
     ours = {}
-    for c in cases:
-        call, first_s = calls[c.label]
-        ours[c.label] = {"ms": time_cuda(call).median_ms, "first_call_s": first_s}
-        print(f"ours {c.label}: {ours[c.label]['ms']:.4f} ms", flush=True)
+    for label, (call, first_s) in calls.items():
+        ours[label] = {"ms": time_cuda(call).median_ms, "first_call_s": first_s}
+        print(f"ours {label}: {ours[label]['ms']:.4f} ms", flush=True)
     peers = finish_peers(runs)
     out = []
-    for c in cases:
-        label = c.label if gates == "benchmark" else f"{c.label} [{gates} gates]"
-        row = {"label": label, "gates": gates, "train": c.entry == "train", "ours_ms": ours[c.label]["ms"],
-               "first_call_s": ours[c.label]["first_call_s"],
+    for c, g in rows:
+        label = row_label(c, g)
+        row = {"label": label, "gates": g, "train": c.entry == "train", "ours_ms": ours[label]["ms"],
+               "first_call_s": ours[label]["first_call_s"],
                "floor_ms": floor_ms(c), "gflop": flops(c) / 1e9, "state_mb": state_bytes(c) / 1e6}
         for p in peers:
-            row[f"{p}_ms"] = peers[p].get(c.label, {}).get("ms")
-            row[f"{p}_error"] = peers[p].get(c.label, {}).get("error") or peers[p].get("_error", {}).get("error")
+            row[f"{p}_ms"] = peers[p].get(label, {}).get("ms")
+            row[f"{p}_error"] = peers[p].get(label, {}).get("error") or peers[p].get("_error", {}).get("error")
         out.append(row)
     return out

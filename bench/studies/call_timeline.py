@@ -1,17 +1,21 @@
 """Device script: where one op call's time goes, kernel by kernel.
 
-    python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark]
+    python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark mamba]
+        [--config '{"num_stages": 1}' ...] [--brief]
     ncu -k regex:NAME --launch-skip 1 --launch-count 1 ... python bench/studies/call_timeline.py --op kda --profile
 
-For each benchmark row of the op (ours, dispatch's default; a training row: its forward and backward): the call timed by the tuner's
-protocol (CUDA events after an L2 flush), the same call replayed from a CUDA graph (no host
-work), the host's time to issue it and where the host spends it, and the profiler's kernels of one flushed call: each one's
-start after the first and its duration, so that idle gaps between launches show.
+For each benchmark row of the op under each gate kind (ours: dispatch's choice, or each ``--config``
+applied to the kernel's default; a training row: dispatch's forward and backward): the call timed
+by the tuner's protocol (CUDA events after an L2 flush), the same call replayed from a CUDA graph
+(no host work), the host's time to issue it and where the host spends it, and the profiler's
+kernels of one flushed call: each one's start after the first and its duration, so that idle gaps
+between launches show.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -82,41 +86,70 @@ def kernel_rows(call) -> list[tuple[str, float, float]]:
     return [(e.name[:60], e.time_range.start - first, e.time_range.elapsed_us()) for e in kernels]
 
 
+def configured(op, inputs, changes: dict):
+    """The call of ``op`` on ``inputs`` through the kernel dispatch routes it to, built with that
+    kernel's default config for the call changed by ``changes``."""
+    from tileops.dispatch.router import route
+
+    spec, arguments = op.describe(*inputs)
+    kernel = route(type(op).__name__, op.target, spec).kernel
+    if kernel is None:
+        raise SystemExit(f"no in-tree kernel serves {spec.op} {spec.mode} on {spec.arch}")
+    config = kernel.validate_config({**kernel.default(spec).model_dump(), **changes}, spec)
+    print(f"{kernel.name}: {config.model_dump()}", flush=True)
+    launcher = kernel.build(config, spec)
+    return lambda: launcher(*arguments)
+
+
 def main() -> None:
     from tileops.cli.bench import bench_rows
     from tileops.tuner.cases import make_inputs, make_op
-    from tileops.tuner.timing import time_cuda
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--op", default="deltanet")
     parser.add_argument("--rows", default="prefill")
-    parser.add_argument("--gates", default="benchmark")
+    parser.add_argument("--gates", nargs="+", default=["benchmark"], help="Gate kinds, each row timed under each.")
+    parser.add_argument("--config", type=json.loads, action="append", default=[],
+                        help="JSON of knobs that replace the kernel default's (one op's rows, not a training "
+                             "step); repeat to time several configs on the same inputs")
+    parser.add_argument("--brief", action="store_true", help="Leave out the host's profile.")
     parser.add_argument("--profile", action="store_true", help="Only call the first row twice (compile, then the "
                                                                 "call a profiler skips to), and stop.")
     args = parser.parse_args()
     for case in bench_rows(args.op, args.rows):
-        op, inputs = make_op(case), make_inputs(case, seed=0, gates=args.gates)
-        call = lambda: op(*inputs)  # noqa: E731
-        call()
-        if args.profile:
-            call()
-            torch.cuda.synchronize()
-            return
-        protocol = time_cuda(call).median_ms
-        try:
-            replay = f"{time_cuda(graphed(call)).median_ms:.4f} ms"
-        except RuntimeError as err:  # a training step whose backward the reference serves syncs the host
-            replay = f"not capturable ({str(err).splitlines()[0][:80]})"
-        print(f"\n{case.label} ({args.gates} gates): protocol {protocol:.4f} ms, CUDA-graph replay {replay}, "
-              f"host issue {host_issue_us(call):.1f} µs", flush=True)
-        rows = kernel_rows(call)
-        busy = sum(d for _, _, d in rows)
-        span = rows[-1][1] + rows[-1][2] if rows else 0.0
-        for name, start, duration in rows:
-            print(f"  {start:9.1f} µs  {duration:9.1f} µs  {name}")
-        print(f"  kernels {busy:.1f} µs busy over a {span:.1f} µs span", flush=True)
-        print(host_profile(call), flush=True)
+        op = make_op(case)
+        for gates in args.gates:
+            inputs = make_inputs(case, seed=0, gates=gates)
+            for changes in args.config or [None]:
+                call = configured(op, inputs, changes) if changes else lambda: op(*inputs)  # noqa: E731
+                call()
+                if args.profile:
+                    call()
+                    torch.cuda.synchronize()
+                    return
+                timeline(case.label, gates, call, args.brief)
 
+
+def timeline(label: str, gates: str, call, brief: bool) -> None:
+    """Print one call's protocol and graph-replay times, its host issue time, its kernels and
+    (unless ``brief``) the host's profile."""
+    from tileops.tuner.timing import time_cuda
+
+    protocol = time_cuda(call).median_ms
+    try:
+        replay = f"{time_cuda(graphed(call)).median_ms:.4f} ms"
+    except RuntimeError as err:  # a training step whose backward the reference serves syncs the host
+        replay = f"not capturable ({str(err).splitlines()[0][:80]})"
+    print(f"\n{label} ({gates} gates): protocol {protocol:.4f} ms, CUDA-graph replay {replay}, "
+          f"host issue {host_issue_us(call):.1f} µs", flush=True)
+    rows = kernel_rows(call)
+    busy = sum(d for _, _, d in rows)
+    span = rows[-1][1] + rows[-1][2] if rows else 0.0
+    for name, start, duration in rows:
+        print(f"  {start:9.1f} µs  {duration:9.1f} µs  {name}")
+    print(f"  kernels {busy:.1f} µs busy over a {span:.1f} µs span", flush=True)
+    if not brief:
+        print(host_profile(call), flush=True)
 
 if __name__ == "__main__":
     main()

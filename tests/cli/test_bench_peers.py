@@ -40,9 +40,9 @@ def peers(tmp_path, monkeypatch):
 
     def run(warm_s: dict[str, float], timeout_s: float = 60.0):
         monkeypatch.setattr(bench_run, "PEERS", tuple(warm_s))
-        monkeypatch.setattr(bench_run, "peer_command", lambda peer, cases, gates: [
+        monkeypatch.setattr(bench_run, "peer_command", lambda peer, rows: [
             sys.executable, str(script), peer, str(warm_s[peer]), str(log)])
-        results = bench_run.finish_peers(bench_run.start_peers(ROWS, "/nowhere", timeout_s, "benchmark"))
+        results = bench_run.finish_peers(bench_run.start_peers([(c, "benchmark") for c in ROWS], "/nowhere", timeout_s))
         events = [line.split() for line in log.read_text().splitlines()]
         return results, [(float(t), name, what) for t, name, what in events]
     return run
@@ -64,3 +64,12 @@ def test_a_peer_past_its_time_is_stopped_and_the_other_still_times(peers):
     assert results["fla"] == {"_error": {"error": "fla ran past 3 s"}}
     assert results["tileops"]["row"]["ms"] == 1.5
     assert not any(name == "fla" and what == "timing" for _, name, what in events)
+
+
+def test_each_row_goes_to_the_peers_once_under_each_gate_kind():
+    import json
+
+    command = bench_run.peer_command("fla", [(ROWS[0], "benchmark"), (ROWS[0], "weak")])
+    rows = json.loads(command[command.index("--cases") + 1])
+    assert [(r["label"], r["gates"]) for r in rows] == [(ROWS[0].label, "benchmark"),
+                                                         (f"{ROWS[0].label} [weak gates]", "weak")]

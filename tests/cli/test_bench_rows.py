@@ -64,5 +64,7 @@ def test_the_benchmark_refuses_an_unknown_gate_kind_by_name():
 
     from tileops.cli.bench import app
 
-    result = CliRunner().invoke(app, ["--gates", "strong"])
-    assert result.exit_code != 0 and "--gates takes benchmark, weak, mamba, zero" in result.output
+    for gates in ("strong", "weak,strong"):
+        result = CliRunner().invoke(app, ["--gates", gates], env={"COLUMNS": "200"})
+        assert result.exit_code != 0
+        assert "--gates takes benchmark, weak, mamba, zero (several with commas), not 'strong'" in result.output

@@ -26,7 +26,7 @@ ROW = Case("deltanet", 2, 128, 2, 2, 16, "float64", entry="train")
 def peer_row():
     """Case -> the row as the bench hands it to the peer script (its --cases)."""
     def row(case: Case) -> dict:
-        command = peer_command("fla", [case])
+        command = peer_command("fla", [(case, "benchmark")])
         [one] = json.loads(command[command.index("--cases") + 1])
         return one
     return row
@@ -171,7 +171,7 @@ def test_the_peer_runner_builds_a_training_row_on_the_gpu(peer_bench, peer_row):
 
 def test_the_peers_training_inputs_draw_the_rows_gates(peer_bench, peer_row):
     row = peer_row(GLA_ROW)
-    assert peer_command("fla", [GLA_ROW], gates="zero") != peer_command("fla", [GLA_ROW])
+    assert peer_command("fla", [(GLA_ROW, "zero")]) != peer_command("fla", [(GLA_ROW, "benchmark")])
     zero = peer_bench.train_inputs(dict(row, gates="zero"), device="cpu")["g"]
     weak = peer_bench.train_inputs(dict(row, gates="weak"), device="cpu")["g"]
     assert torch.equal(zero, torch.zeros_like(zero))
