@@ -80,7 +80,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     run_group() {
         local name
         name=$(basename "$1" .py)
-        [ "${2:-}" = -k ] && name="$name-${3%% *}"
+        [ "${2:-}" = -k ] && name="$name-$(printf %s "$3" | tr -cs "A-Za-z0-9" _ | cut -c1-60)"
         timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -q -s -rA -p no:cacheprovider "$@" > "$OUT/$name.log" 2>&1
     }
     if [ "$OP" = none ]; then
@@ -111,8 +111,12 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
         done
     else
         run_group tests/kernels/gdn/test_gdn_decode_gpu.py &
-        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k equal &
-        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k varlen &
+        # The equal-length and packed builds one process per layout, so that 16 cores compile them.
+        for layout in "[default-" "[key-" "[value-False or [value-True or [value-lengths" "[value-paired-" \
+                      "[fused-False or [fused-True or [fused-lengths" "[fused-matrix-" "[fused-paired-" "[fused-ahead-" \
+                      "[fused-3-" "[fused-tma-" "[fused-pieces-"; do
+            run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "(equal_lengths or packed_varlen) and ($layout)" &
+        done
         run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided or exact or reset or a_log or offsets" &
         run_group tests/kernels/gdn/test_gdn_op_gpu.py &
         run_group tests/kernels/decode/test_decode_families_gpu.py &
