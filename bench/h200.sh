@@ -30,6 +30,7 @@ TUNE_SETS=${TUNE_SETS:-preset}
 TUNE_SHAPES=${TUNE_SHAPES:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+export COLUMNS=${COLUMNS:-200}  # the tables in the logs one line a row (a pipe is 80 columns otherwise)
 export TILEOPS_DB=$OUT/tuning.db
 # Programs compiled ahead on a CPU machine (`tileops-tune --compile-only`, packed with
 # `tar cJf .tlcache.tar.xz .tlcache`) travel as one archive; without it every first call compiles.
