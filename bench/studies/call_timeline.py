@@ -151,5 +151,6 @@ def timeline(label: str, gates: str, call, brief: bool) -> None:
     if not brief:
         print(host_profile(call), flush=True)
 
+
 if __name__ == "__main__":
     main()
