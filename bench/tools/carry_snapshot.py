@@ -8,8 +8,8 @@ the tuned configs are still the tuned programs. This builds every stale row's pr
 code at ``--against`` (a git revision, in a throw-away worktree) and from the working tree,
 compares their generated CUDA and host code byte for byte, once a bounds test written twice
 reads as once (``program_identity``: lowered as ``tilelang.compile`` lowers them, without nvcc or
-a GPU), and gives the rows whose programs are identical the current hash. Rows whose programs differ stay stale: they need a re-tune on their
-GPU.
+a GPU), and gives the rows whose programs are identical the current hash. Rows whose programs
+differ stay stale: they need a re-tune on their GPU.
 
     python bench/tools/carry_snapshot.py --against HEAD [--arch sm90] [--dry-run]
 """

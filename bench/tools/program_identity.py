@@ -183,27 +183,17 @@ def run_dump(tree: Path, jobs: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=tree, env=env)
 
 
-def _operand_before(text: str, end: int) -> int:
-    """Start of the parenthesised operand that ends just before ``end``, or -1."""
-    if end == 0 or text[end - 1] != ")":
+def _matching(text: str, at: int, step: int) -> int:
+    """Index of the bracket matching the one at ``at``, scanning by ``step`` (-1 from a ``)``, 1
+    from a ``(``), or -1 when ``at`` holds no such bracket or it is unmatched."""
+    opening, closing = ("(", ")") if step == 1 else (")", "(")
+    if not 0 <= at < len(text) or text[at] != opening:
         return -1
     depth = 0
-    for i in range(end - 1, -1, -1):
-        depth += {")": 1, "(": -1}.get(text[i], 0)
+    for i in range(at, -1 if step < 0 else len(text), step):
+        depth += (text[i] == opening) - (text[i] == closing)
         if depth == 0:
             return i
-    return -1
-
-
-def _operand_after(text: str, start: int) -> int:
-    """End (exclusive) of the parenthesised operand that starts at ``start``, or -1."""
-    if start >= len(text) or text[start] != "(":
-        return -1
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i + 1
     return -1
 
 
@@ -212,7 +202,8 @@ def canonical(text: str) -> str:
     twice or once depending on what else the program holds, which changes no program's meaning."""
     at = text.find(" && ")
     while at >= 0:
-        left, right_end = _operand_before(text, at), _operand_after(text, at + 4)
+        left, right = _matching(text, at - 1, -1), _matching(text, at + 4, 1)
+        right_end = right + 1 if right >= 0 else -1
         if (left > 0 and right_end > 0 and text[left - 1] == "(" and text[right_end:right_end + 1] == ")"
                 and text[left:at] == text[at + 4:right_end]):
             text = text[:left - 1] + text[left:at] + text[right_end + 1:]
