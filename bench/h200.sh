@@ -97,12 +97,12 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     elif [ "$OP" = kda ]; then
         # One process per group of builds, so that their compiles run side by side.
         for k in "k128-equal or hv2h" "packed and not value" "value-first or l2norm" "neg-eigval or flat-bias" \
-                 "grid-bias or no-bias" "strongest or weak" "thousand" "config-v64" "config-v128"; do
+                 "grid-bias or no-bias" "strongest or weak" "thousand" "config-s1" "config-s2"; do
             run_group tests/kernels/kda/test_kda_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "kda or KDA" &
     elif [ "$OP" = gla ]; then
-        for k in "k128-equal or no-state" "packed" "strongest or weak" "thousand" "config-v64" "config-v128" "cut"; do
+        for k in "k128-equal or no-state" "packed" "strongest or weak" "thousand" "config-s1" "config-s2" "cut"; do
             run_group tests/kernels/gla/test_gla_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &

@@ -153,6 +153,14 @@ def lowered(value) -> Lowered | None:
     return inner if isinstance(inner, Lowered) else None
 
 
+def tree_config(kernel, config: dict) -> dict:
+    """``config`` as this tree's kernel reads it: its defaults, overridden by the knobs it declares.
+    A knob another tree lacks is left out, so one job builds the same call on both sides of a knob
+    added or removed (whether the programs then agree is what the comparison shows)."""
+    model = kernel.config_model
+    return dict(model().model_dump(), **{k: v for k, v in config.items() if k in model.model_fields})
+
+
 def dump(jobs: list[dict], out: Path) -> None:
     """Write each job's programs into ``out`` (run with the tree to build from first on sys.path).
     A config the tree refuses gets no programs, so it compares as different."""
@@ -165,7 +173,7 @@ def dump(jobs: list[dict], out: Path) -> None:
         kernel = get_kernel(job["kernel"])
         spec = spec_from(job["spec"])
         try:
-            config = kernel.validate_config(dict(kernel.config_model().model_dump(), **job["config"]), spec)
+            config = kernel.validate_config(tree_config(kernel, job["config"]), spec)
         except ValueError as err:
             print(f"  {job['name']} does not build here: {str(err).splitlines()[0][:200]}", flush=True)
             continue

@@ -4,13 +4,13 @@ rule, its WY solve) and the decayed keys and queries at once, then the value-maj
 (``chain_value`` under ``chunk_h``'s per-channel walk) carries the state through each sequence.
 
 KDA (the delta rule) and GLA (its plain gated sum) register it with ``register_channel_prefill``;
-the config space is the chain's: ``block_v`` value rows per CTA (one warpgroup per 64), the
-pipeline's ``num_stages`` and how the walk's products wait (``walk_issue``).
+the config space is the chain's pipeline depth (``num_stages``) on 64-row V tiles, one warpgroup
+each. The first pass runs two warpgroups a window (``launch.chunked_channel.FIRST_PASS_THREADS``).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from tileops.callspec import CallSpec
 from tileops.kernels.base import KernelDef
@@ -19,18 +19,16 @@ from tileops.kernels.hardware import SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
 from tileops.kernels.plans.channel_pieces import call_width
 from tileops.kernels.plans.tiles import chain_smem_bytes
-from tileops.kernels.prefill_kernel import paired_problem, prefill_problem
+from tileops.kernels.prefill_kernel import prefill_problem
 from tileops.kernels.registry import register
 
 
 class ChannelPrefillConfig(TiledConfig):
-    """The value-major chain's tiling: ``block_v`` value rows per CTA (``threads`` = 2 · ``block_v``),
-    its pipeline stages and whether its independent products wait in pairs."""
+    """The value-major chain's pipeline stages on ``block_v``-row V tiles (``threads`` = 2 · ``block_v``)."""
 
     chunk_size: Literal[64] = 64
-    block_v: Literal[64, 128] = 64
     num_stages: Literal[1, 2] = 2
-    walk_issue: Literal["serial", "paired"] = "serial"
+    block_v: ClassVar[int] = 64
 
     @property
     def threads(self) -> int:
@@ -39,14 +37,10 @@ class ChannelPrefillConfig(TiledConfig):
     def problem(self, spec: CallSpec) -> Optional[str]:
         if spec.dim_v % self.block_v:
             return f"block_v={self.block_v} does not divide V={spec.dim_v}"
-        problem = paired_problem(self.walk_issue, self.num_stages)
-        if problem:
-            return problem
         smem = chain_smem_bytes(self.chunk_size, spec.dim_k, self.block_v, self.num_stages, False,
                                 spec.dtype.itemsize, channel=True)
         if smem > SMEM_BYTES:
-            return (f"the chain needs {smem} bytes of shared memory (at most {SMEM_BYTES}); use fewer stages or a "
-                    f"smaller block_v")
+            return f"the chain needs {smem} bytes of shared memory (at most {SMEM_BYTES}); use fewer stages"
         return None
 
 

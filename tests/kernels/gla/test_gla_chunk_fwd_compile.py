@@ -45,7 +45,7 @@ def test_the_default_is_valid(call):
 @pytest.mark.parametrize("call, config", [
     (spec(), ChannelPrefillConfig()),
     (spec(batch=1, heads=2, tokens=640, dim=64, dtype=torch.float16, has_initial_state=True),
-     ChannelPrefillConfig(block_v=64, num_stages=2, walk_issue="paired")),
+     ChannelPrefillConfig(num_stages=2)),
 ], ids=["bf16-k128", "fp16-k64-initial-state"])
 def test_programs_compile_for_sm90a(call, config):
     from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher

@@ -65,7 +65,7 @@ def test_the_default_prefetches_while_the_tiles_fit_one_wave():
     (spec(), ChannelPrefillConfig()),
     (spec(mode="varlen", batch=1, dim=64, heads=2, value_heads=4, dtype=torch.float16, use_qk_l2norm_in_kernel=True,
           use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True, state_v_first=True, use_gate_in_kernel=True,
-          lower_bound=-5.0), ChannelPrefillConfig(walk_issue="paired")),
+          lower_bound=-5.0), ChannelPrefillConfig(num_stages=1)),
 ], ids=["bf16-k128", "fp16-k64-packed-every-flag"])
 def test_both_passes_compile_for_sm90a(call, config):
     launcher = KERNEL.build(config, call)
