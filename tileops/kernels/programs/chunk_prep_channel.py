@@ -308,7 +308,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             both_halves(a_s, d_s, a_f, m_f)
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
-            inner = i // BLOCK == j // BLOCK and halves == 1  # outside the diagonal blocks a_s and d_s hold nothing
+            # the diagonal blocks' pair sums (added already with two halves; elsewhere a_s and d_s hold nothing)
+            inner = i // BLOCK == j // BLOCK and halves == 1
             if delta:
                 a_sum = a_f[i, j] + T.if_then_else(inner, a_s[i, j], 0.0)
             m_sum = m_f[i, j] + T.if_then_else(inner, d_s[i, j], 0.0)
