@@ -117,8 +117,7 @@ def test_a_thousand_short_sequences_and_one_long():
         check(None, *inputs(2, lengths, 2, 64, torch.bfloat16), torch.bfloat16)
 
 
-# Every config of the space, refused ones skipped, on a call that ends in cut chunks (where a
-# one-stage pipeline with paired waits once raced).
+# Every config of the space (a refused one skipped) on a call that ends in cut chunks.
 @pytest.mark.parametrize("point", ChannelPrefillConfig.points(),
                          ids=lambda p: f"config-s{p['num_stages']}")
 def test_every_config_of_the_space(point):

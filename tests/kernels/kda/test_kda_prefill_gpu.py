@@ -118,8 +118,7 @@ def spec(dtype, H, HV, D, lengths) -> CallSpec:
                     value_heads=HV, dim_k=D, dim_v=D, flags=make_flags(scale=D ** -0.5, has_initial_state=True))
 
 
-# Every config of the space, refused ones skipped, on a call that ends in cut chunks (where a
-# one-stage pipeline with paired waits once raced).
+# Every config of the space (a refused one skipped) on a call that ends in cut chunks.
 @pytest.mark.parametrize("point", ChannelPrefillConfig.points(),
                          ids=lambda p: f"config-s{p['num_stages']}")
 def test_every_config_of_the_space(point):
