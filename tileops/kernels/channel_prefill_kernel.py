@@ -5,7 +5,7 @@ rule, its WY solve) and the decayed keys and queries at once, then the value-maj
 
 KDA (the delta rule) and GLA (its plain gated sum) register it with ``register_channel_prefill``;
 the config space is the chain's pipeline depth (``num_stages``) on 64-row V tiles, one warpgroup
-each. The first pass runs two warpgroups a window (``launch.chunked_channel.FIRST_PASS_THREADS``).
+each. The first pass runs two warpgroups a window (``programs.chunk_prep_channel.HALVES``).
 """
 
 from __future__ import annotations

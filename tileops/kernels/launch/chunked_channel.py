@@ -20,23 +20,17 @@ from tileops.kernels.launch.chunked import NoGate
 from tileops.kernels.launch.chunked_programs import (FIRST_PASS_CONFIGS, PASS_CONFIGS, TL_DTYPES,
                                                      query_scale, sequences, transform_flags)
 from tileops.kernels.launch.compiled import Program, compiled
-from tileops.kernels.hardware import WARPGROUP, sm_count
+from tileops.kernels.hardware import sm_count
 from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan, may_cut, piece_windows, walk_tiles
 from tileops.kernels.plans.packing import packed
 
-# The first pass on two warpgroups a window, two CTAs an SM: it waits on latency, which twice the
-# warps hide (docs/kda-gated-products.md, "Two warpgroups a window").
-FIRST_PASS_THREADS = 2 * WARPGROUP
-
-
-def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True, threads: int = WARPGROUP) -> Program:
-    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule),
-    on ``threads`` (one or two warpgroups)."""
+def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
+    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule)."""
     flags = transform_flags(spec, True)
     del flags["gated"]
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 sequences=sequences(spec), scale=query_scale(spec), lower_bound=spec.flag("lower_bound"),
-                delta=delta, threads=threads, **flags)
+                delta=delta, **flags)
     return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
@@ -72,7 +66,7 @@ class ChannelPrefillLauncher:
         self.varlen = spec.mode == "varlen"
         assert not (boundaries and self.varlen), "boundary states for equal lengths only"
         self.value_first = bool(spec.flag("state_v_first", False))
-        self.prep = compile_channel_prep(config, spec, delta, FIRST_PASS_THREADS)
+        self.prep = compile_channel_prep(config, spec, delta)
         self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
@@ -80,7 +74,7 @@ class ChannelPrefillLauncher:
         self.cut_prep = self.cut_chain = self.cut_entries = None
         if may_cut(spec, config.block_v, delta):
             packed_spec = dataclasses.replace(spec, mode="varlen")
-            self.cut_prep = compile_channel_prep(config, packed_spec, delta, FIRST_PASS_THREADS)
+            self.cut_prep = compile_channel_prep(config, packed_spec, delta)
             self.cut_chain = compile_channel_chain(config, packed_spec, delta)
             self.cut_entries = compile_channel_entries(config, spec)
         self.tiles = walk_tiles(spec, config.block_v)

@@ -22,6 +22,9 @@ from tileops.kernels.blocks.wy_merge import BLOCK
 from tileops.kernels.hardware import WARPGROUP
 
 PART = 32  # state columns a step of dg's term past the chunk multiplies and sums
+# Two warpgroups a chunk: the pair loops and the gated operands wait on latency, which twice the
+# warps hide (1.31x over one warpgroup, docs/benchmarks.md); one CTA an SM either way (shared memory).
+THREADS = 2 * WARPGROUP
 
 
 def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str, scale: float):
@@ -30,13 +33,13 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
     ``h`` [B, NT + 1, H, K, V] and the walk's ``dh`` [B, NT, H, K, V] (fp32), ``has_init`` (else the
     first chunk starts from zeros, whatever h[:, 0] holds), then dq, dk [tokens, H, K] and dv
     [tokens, H, V] in the token dtype and dg [tokens, H, K] in fp32. Sequences of NT whole chunks.
-    Grid: (NT, H, B), one warpgroup each."""
+    Grid: (NT, H, B), two warpgroups each."""
     H, K, V, C = heads, dim_k, dim_v, chunk
     assert C == 4 * BLOCK and K <= WARPGROUP and V % PART == 0
     accum = "float32"
     tokens, batch, chunks, states = T.dynamic("tokens"), T.dynamic("batch"), T.dynamic("chunks"), T.dynamic("states")
 
-    lanes = WARPGROUP // K  # threads per key channel in the pair loops
+    lanes = THREADS // K  # threads per key channel in the pair loops
     own_blocks = C // BLOCK // lanes  # the blocks each of them takes
 
     @T.macro
@@ -83,7 +86,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
         dv: T.Tensor([tokens, H, V], dtype),
         dg: T.Tensor([tokens, H, K], accum),
     ):
-        with T.Kernel(chunks, H, batch, threads=WARPGROUP) as (c, hh, b):
+        with T.Kernel(chunks, H, batch, threads=THREADS) as (c, hh, b):
             t0 = (b * chunks + c) * C
             q_s = T.alloc_shared([C, K], dtype)
             k_s = T.alloc_shared([C, K], dtype)

@@ -37,11 +37,13 @@ SKEW = 8  # the quarters walk their channels from offsets SKEW apart, so that a 
 # and k meet few bank conflicts (1.4 ways on average, against 3.5 with interleaved channels)
 ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
 # that a warp reads in one channel in 16 banks
+HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
+# warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
                          l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
-                         lower_bound=None, delta: bool = True, threads: int = WARPGROUP):
+                         lower_bound=None, delta: bool = True):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
     Arguments: q, k, g [tokens, HV, K], beta, a_log [HV], dt_bias [HV · K], then the tables of
@@ -50,16 +52,13 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     [HV, W + N, K] in fp32; g, beta, A_log and dt_bias in fp32 (A_log and dt_bias are read with
     ``gate_in_kernel`` only; zeros stand in for an absent dt_bias). ``lower_bound``: the in-kernel
     gate's bound (``channel_gate_transform``). Without ``delta``: inputs q, k and g, outputs
-    ``m_out``, ``qo``, ``ks`` and ``decay``. Grid: (HV, ceil(tokens / C)), ``threads`` (one or two
-    warpgroups) each; with two, each warpgroup forms the in-block pairs over half the channels, two
-    blocks share an SM, and the first warpgroup alone runs the solve.
+    ``m_out``, ``qo``, ``ks`` and ``decay``. Grid: (HV, ceil(tokens / C)), HALVES warpgroups each:
+    each forms the in-block pairs over half the channels, and the first alone runs the solve.
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     assert C == 4 * BLOCK and K <= WARPGROUP, "four 16-row blocks a chunk; a thread per key channel"
     assert QUARTERS * BLOCK // 2 == WARP and C // BLOCK * WARP == WARPGROUP, "a warp a block, a lane a quarter row pair"
-    assert threads in (WARPGROUP, 2 * WARPGROUP), "one or two warpgroups"
-    halves = threads // WARPGROUP  # the warpgroups sharing the in-block pairs' channels
-    span = K // QUARTERS // halves  # the channels of one thread's pairs
+    span = K // QUARTERS // HALVES  # the channels of one thread's pairs
     group = HV // H
     accum, operand = "float32", "float16"
     tokens = T.dynamic("tokens")
@@ -155,18 +154,13 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 first = u < p
                 i = T.if_then_else(first, lo, hi)
                 j = blk * BLOCK + T.if_then_else(first, u, u - p)
-                if mirror is not None:
-                    i, j = T.if_then_else(mirror, j, i), T.if_then_else(mirror, i, j)
+                i, j = T.if_then_else(mirror, j, i), T.if_then_else(mirror, i, j)
                 if delta:
                     a_s[i, j] = acc_a[u]
                 d_s[i, j] = acc_m[u]
         if quarter == 0:
-            if mirror is None:
-                d_s[lo, lo] = acc_m[SLOTS]
-                d_s[hi, hi] = acc_m[SLOTS + 1]
-            else:
-                d_s[lo, T.if_then_else(mirror, C, lo)] = acc_m[SLOTS]
-                d_s[hi, T.if_then_else(mirror, C, hi)] = acc_m[SLOTS + 1]
+            d_s[lo, T.if_then_else(mirror, C, lo)] = acc_m[SLOTS]
+            d_s[hi, T.if_then_else(mirror, C, hi)] = acc_m[SLOTS + 1]
 
     @T.macro
     def block_pairs(q_s, k_s, gam_s, a_s, d_s, tx):
@@ -191,10 +185,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             for u in T.unroll(SLOTS, explicit=True):
                 acc_a[u] = 0.0
         for m in T.serial(span):
-            if halves == 1:
-                c = quarter * span + (m + SKEW * quarter) % span
-            else:  # quarter q takes channels q · span on in its half: a lane's bank stays q · span + m + row
-                c = half * (K // 2) + quarter * span + (m + SKEW * (quarter // 2)) % span
+            # quarter q takes channels q · span on in its half: a lane's bank stays q · span + m + row
+            c = half * (K // 2) + quarter * span + (m + SKEW * (quarter // 2)) % span
             g_lo = gam_s[c, lo]
             g_hi = gam_s[c, hi]
             k_lo = T.cast(k_s[lo, c], accum)
@@ -219,7 +211,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 for d in T.unroll(2, explicit=True):
                     acc_a[u] = acc_a[u] + T.shfl_xor(acc_a[u], 1 << d)
         # the second half's sums mirrored, for the caller to add (``both_halves``)
-        store_pairs(acc_a, acc_m, a_s, d_s, lo, hi, blk, p, quarter, None if halves == 1 else half == 1)
+        store_pairs(acc_a, acc_m, a_s, d_s, lo, hi, blk, p, quarter, half == 1)
 
     @T.macro
     def both_halves(a_s, d_s, a_f, m_f):
@@ -304,18 +296,12 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         scan(gam_s, beg_s, last_s, decay, hv, w, tx)
         earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f)
         block_pairs(q_s, k_s, gam_s, a_s, d_s, tx)
-        if halves > 1:
-            both_halves(a_s, d_s, a_f, m_f)
+        both_halves(a_s, d_s, a_f, m_f)
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
-            # the diagonal blocks' pair sums (added already with two halves; elsewhere a_s and d_s hold nothing)
-            inner = i // BLOCK == j // BLOCK and halves == 1
             if delta:
-                a_sum = a_f[i, j] + T.if_then_else(inner, a_s[i, j], 0.0)
-            m_sum = m_f[i, j] + T.if_then_else(inner, d_s[i, j], 0.0)
-            if delta:
-                a_s[i, j] = T.if_then_else(j < i and pair, b_s[i] * rk_n[i] * rk_n[j] * a_sum, 0.0)
-            m_s[i, j] = T.if_then_else(j <= i and pair, scale * rq_n[i] * rk_n[j] * m_sum, 0.0)
+                a_s[i, j] = T.if_then_else(j < i and pair, b_s[i] * rk_n[i] * rk_n[j] * a_f[i, j], 0.0)
+            m_s[i, j] = T.if_then_else(j <= i and pair, scale * rq_n[i] * rk_n[j] * m_f[i, j], 0.0)
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
@@ -329,22 +315,18 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp(gam_s[c, end_s[i]] - gam_s[c, i])
         if delta:
             clear(d_s)
-            if halves == 1:
+            T.sync_threads()  # the merge's barriers count one warpgroup
+            if tx < WARPGROUP:
                 solve(a_s, d_s, w_s, tx)
-            else:  # the merge's barriers count one warpgroup
-                T.sync_threads()
-                if tx < WARPGROUP:
-                    solve(a_s, d_s, w_s, tx)
-                T.sync_threads()
+            T.sync_threads()
             for i, j in T.Parallel(C, C):
                 if t0 + i < tokens:
                     tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
 
     @T.macro
     def grid(q, k, g, beta, a_log, dt_bias, tp, m_out, qo, kx, ks, decay, seqs):
-        with T.Kernel(HV, T.ceildiv(tokens, C), threads=threads, prelude=SOURCE) as (hv, w):
-            if halves > 1:
-                T.annotate_min_blocks_per_sm(2)  # at most 128 registers a thread
+        with T.Kernel(HV, T.ceildiv(tokens, C), threads=HALVES * WARPGROUP, prelude=SOURCE) as (hv, w):
+            T.annotate_min_blocks_per_sm(2)  # at most 128 registers a thread
             solve_window(q, k, g, beta, a_log, dt_bias, seqs.bounds, tp, m_out, qo, kx, ks, decay, hv, w)
 
     def launch(*args):
