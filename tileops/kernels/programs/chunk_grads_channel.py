@@ -41,6 +41,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
 
     lanes = THREADS // K  # threads per key channel in the pair loops
     own_blocks = C // BLOCK // lanes  # the blocks each of them takes
+    assert own_blocks * lanes == C // BLOCK, "the lanes of a channel share its blocks evenly"
 
     @T.macro
     def block_pairs(da_s, x_s, gam_s, pair_s, tx, later: bool):
