@@ -52,7 +52,3 @@ def all_kernels() -> list[KernelDef]:
     _load()
     return [_KERNELS[n] for n in sorted(_KERNELS)]
 
-
-def kernels_for(family: str, arch: str) -> list[KernelDef]:
-    """The kernels of one family (gdn, kda, gla, deltanet) that serve an architecture."""
-    return [k for k in all_kernels() if k.family == family and arch in k.archs]
