@@ -97,7 +97,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     elif [ "$OP" = kda ]; then
         # One process per group of builds, so that their compiles run side by side.
         for k in "k128-equal or hv2h" "packed and not value" "value-first or l2norm" "neg-eigval or flat-bias" \
-                 "grid-bias or no-bias" "strongest or weak" "thousand" "config-s1" "config-s2"; do
+                 "grid-bias or no-bias" "strongest or weak" "thousand" "config-s1" "config-s2" "few_long or replays"; do
             run_group tests/kernels/kda/test_kda_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "kda or KDA" &

@@ -57,8 +57,9 @@ def plan(config: ChannelPrefillConfig, spec: CallSpec, delta: bool = True) -> st
     tiles = walks * (spec.dim_v // config.block_v)
     first = "per-channel gated products and WY solve" if delta else "per-channel gated products"
     width = call_width(spec, config.chunk_size, config.block_v, delta)
+    step = "its walk from the identity" if delta else "its decay"
     cut = (f"; sequences cut into pieces of {width} windows walked side by side, from zero and then from their "
-           "exact entries (the state's transition over a piece is its decay)") if width else ""
+           f"exact entries (the state's transition over a piece is {step})") if width else ""
     return (f"two passes: every chunk's {first} at once, then the value-major chain over {config.block_v}-row V "
             f"tiles ({tiles} CTAs; {walks} (sequence, value head) walks for {sm_count(spec.device, spec.arch)} SMs, "
             f"{config.threads // WARPGROUP} warpgroups each){cut}")

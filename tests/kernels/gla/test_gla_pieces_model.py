@@ -13,7 +13,7 @@ from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig, plan
 from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, cut_plan, piece_windows
 from tileops.reference.gla.chunk import chunk_gla
-from tests.kernels.kda.prefill_model import C, F64, chain, first_pass
+from tests.kernels.kda.prefill_model import C, F64, chain, chained_entries, first_pass
 from tests.kernels.kda.test_kda_prefill_model import GATES, gates, relative
 
 
@@ -25,21 +25,16 @@ CUTS = [  # (lengths, the windows a piece spans)
 
 
 def entries_model(plan, finals, decay, initial):
-    """``programs.channel_entries`` step for step: per sequence, its first piece's entry is the
-    initial state (zeros without one), then S_{p+1} = D_p ⊙ S_p + F_p, D_p the product of the decay
-    rows of the windows piece p spans."""
-    bounds, first, last = (t.tolist() for t in (plan.bounds, plan.first, plan.last))
-    entries = torch.empty_like(finals)
-    for n, (a, b) in enumerate(zip(first, last)):
-        state = torch.zeros_like(finals[0]) if initial is None else initial[n].clone()
-        entries[a] = state
-        for p in range(a, b):
-            d = torch.ones(decay.shape[0], decay.shape[2], dtype=F64)
-            for w in range(bounds[p] // C, -(-bounds[p + 1] // C)):
-                d = d * decay[:, w]
-            state = d[..., None] * state + finals[p]
-            entries[p + 1] = state
-    return entries
+    """Without the delta rule the step is D_p ⊙ S_p, D_p the product of the decay rows of the
+    windows piece p spans."""
+    bounds = plan.bounds.tolist()
+
+    def decayed(p, state):
+        d = torch.ones(decay.shape[0], decay.shape[2], dtype=F64)
+        for w in range(bounds[p] // C, -(-bounds[p + 1] // C)):
+            d = d * decay[:, w]
+        return d[..., None] * state
+    return chained_entries(plan, finals, initial, decayed)
 
 
 @pytest.mark.parametrize("kind", GATES)
@@ -100,7 +95,6 @@ def spec(batch: int, tokens: int, mode: str = "prefill", **flags) -> CallSpec:
 def test_the_plan_says_when_sequences_are_cut():
     assert "pieces of 64 windows" in plan(ChannelPrefillConfig(), spec(1, 32768), delta=False)
     assert "pieces" not in plan(ChannelPrefillConfig(), spec(4, 8192), delta=False)
-    assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768), delta=True)  # KDA: the transition is not a decay
     assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768, state_v_first=True), delta=False)
     # A packed call is cut only when its lengths reach the host (cu_seqlens_cpu): not in its plan.
     assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768, mode="varlen"), delta=False)

@@ -15,6 +15,7 @@ from tileops.kernels.gla.prefill import KERNEL
 from tileops.kernels.plans.channel_pieces import piece_windows
 from tileops.linear_attention import GLAFwdOp
 from tileops.tuner.gate import in_float64, relative_error
+from tests.kernels.graph_replay import replays_as_eager
 
 pytestmark = [
     pytest.mark.gpu,
@@ -100,14 +101,7 @@ def test_few_long_sequences_cut_into_pieces(case):
 
 def test_a_cut_call_replays_in_a_cuda_graph():
     tensors, h0, _ = inputs(4, (4096,), 2, 128, torch.bfloat16, batch=1)
-    op = GLAFwdOp()
-    eager = [x.clone() for x in op(*tensors, h0)]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = op(*tensors, h0)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert all(torch.equal(x, y) for x, y in zip(captured, eager))
+    assert replays_as_eager(GLAFwdOp(), *tensors, h0)
 
 
 def test_a_thousand_short_sequences_and_one_long():

@@ -145,3 +145,17 @@ def chain(first, v, bounds, initial_state=None, *, rounding=None):
         state = torch.zeros(heads, dim, v.shape[-1], dtype=F64) if initial_state is None else initial_state[n].to(F64)
         final[n] = walk(first, v, bounds[n], bounds[n + 1], state, o, sequence_end=n, rounding=rounding)
     return o, final
+
+
+def chained_entries(plan, finals, initial, step):
+    """The entries ``programs.channel_entries`` forms, step for step: per sequence its first
+    piece's entry is the initial state (zeros without one), then S_{p+1} = step(p, S_p) + F_p."""
+    first, last = plan.first.tolist(), plan.last.tolist()
+    entries = torch.empty_like(finals)
+    for n, (a, b) in enumerate(zip(first, last)):
+        state = torch.zeros_like(finals[0]) if initial is None else initial[n].clone()
+        entries[a] = state
+        for p in range(a, b):
+            state = step(p, state) + finals[p]
+            entries[p + 1] = state
+    return entries

@@ -4,6 +4,7 @@ flag KDAFwdOp takes, and both passes compiled for sm_90a (registers, spills, sha
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -81,3 +82,28 @@ def test_two_first_passes_share_an_sm():
     At K = 128 its q, k and γ tiles, the products' operands and the solve's must fit half an SM."""
     assert blocks_per_sm(KERNEL.build(ChannelPrefillConfig(), spec()).prep) >= 2
 
+
+
+@needs_nvcc
+def test_few_long_sequences_compile_their_cut_with_the_transitions():
+    """B1×T32768 H16: 32 walks of one CTA for 132 SMs, cut in four pieces of 128 windows (three
+    walks of 128 against one of 512); at H32 (64 walks) three walks of a piece would not pay."""
+    from tileops.kernels.launch.chunked_channel import ChannelPrefillLauncher
+
+    cpu = torch.device("cpu")
+    long_one = ChannelPrefillLauncher(ChannelPrefillConfig(), spec(batch=1, tokens=32768, heads=16, value_heads=16))
+    assert long_one.cut_plan((32768,), cpu).count == 4 and long_one.cut_plan((8192,) * 4, cpu) is None
+    for program in (long_one.cut_prep, long_one.cut_chain, long_one.cut_transition):
+        assert "cu_seqlens" in program.get_kernel_source()
+        assert_fits_an_sm(program, launch_smem(program))
+    # The transition's walk reads no V and writes no output.
+    chain, transition = long_one.cut_chain.get_kernel_source(), long_one.cut_transition.get_kernel_source()
+    for name in ("o", "v", "h0"):  # the kernel's parameters: those it touches
+        assert re.search(rf"__restrict__ {name}\b", chain) and not re.search(rf"__restrict__ {name}\b", transition)
+    # The entries: a thread's row of a 32-column tile in registers, the tile in shared memory, no spills.
+    usage = assert_fits_an_sm(long_one.cut_entries, launch_smem(long_one.cut_entries))
+    assert usage.registers <= 128 and {"pieces", "seqs"} <= runtime_dims(long_one.cut_entries)
+    assert launch_smem(long_one.cut_entries) == 128 * 32 * 4
+    for walked_whole in (spec(batch=1, tokens=32768), spec(batch=1, tokens=32768, heads=16, value_heads=16,
+                                                           state_v_first=True)):
+        assert ChannelPrefillLauncher(ChannelPrefillConfig(), walked_whole).cut_chain is None

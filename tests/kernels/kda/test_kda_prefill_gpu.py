@@ -14,6 +14,7 @@ from tileops.kernels.channel_prefill_kernel import ChannelPrefillConfig
 from tileops.kernels.kda.prefill import KERNEL
 from tileops.linear_attention import KDAFwdOp
 from tileops.tuner.gate import in_float64, relative_error
+from tests.kernels.graph_replay import replays_as_eager
 
 pytestmark = [
     pytest.mark.gpu,
@@ -102,6 +103,42 @@ def test_every_feature_against_float64(case):
     dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "H", "HV", "D", "lengths"))
     flags = case.pop("flags", {})
     check(flags, *inputs(0, lengths, H, HV, D, dtype, **case), dtype)
+
+
+CUT = [  # few long sequences, cut into pieces of 16 windows (tileops.kernels.plans.channel_pieces)
+    dict(id="bf16-k128-h0", dtype=torch.bfloat16, H=2, HV=2, D=128, lengths=(4096,), batch=1),
+    dict(id="fp16-k64-slow-decay-gqa", dtype=torch.float16, H=1, HV=2, D=64, lengths=(4096,), batch=1,
+         strength=2e-3),
+    dict(id="bf16-k128-b2-fast-decay-zeros", dtype=torch.bfloat16, H=2, HV=2, D=128, lengths=(4000,), batch=2,
+         strength=5.0, init=False),
+    dict(id="bf16-k128-long-prompt-among-short", dtype=torch.bfloat16, H=2, HV=2, D=128, lengths=(37, 4133, 300, 5)),
+    dict(id="fp16-k128-every-transform", dtype=torch.float16, H=2, HV=2, D=128, lengths=(4100,), normed=False,
+         logits=True, gate=True, flags=dict(use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                                            allow_neg_eigval=True, use_gate_in_kernel=True, lower_bound=-5.0)),
+]
+
+
+@pytest.mark.parametrize("case", CUT, ids=[c["id"] for c in CUT])
+def test_few_long_sequences_cut_into_pieces(case):
+    from tileops import dispatch
+    from tileops.kernels.plans.channel_pieces import piece_windows
+
+    case = dict(case)
+    case.pop("id")
+    dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "H", "HV", "D", "lengths"))
+    flags = case.pop("flags", {})
+    tensors, h0, cu, a_log, dt_bias = inputs(3, lengths, H, HV, D, dtype, **case)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert piece_windows(lengths * case.get("batch", 1), 64, HV * (D // 64), sms, delta=True) == 16  # the premise
+    if cu is None:  # the plan says so; a packed call is cut only once its lengths reach the host
+        spec, _ = KDAFwdOp(**flags).describe(*tensors, h0, None, None, a_log, dt_bias)
+        assert "pieces of 16 windows" in dispatch.explain_spec("KDAFwdOp", None, spec).plan
+    check(flags, tensors, h0, cu, a_log, dt_bias, dtype)
+
+
+def test_a_cut_call_replays_in_a_cuda_graph():
+    tensors, h0, _, _, _ = inputs(4, (4096,), 2, 2, 128, torch.bfloat16, batch=1)
+    assert replays_as_eager(KDAFwdOp(), *tensors, h0)
 
 
 def test_a_thousand_short_sequences_and_one_long():

@@ -23,10 +23,10 @@ def chunk_loader(chunk: int, block_v: int):
     return load_chunk
 
 
-def channel_chunk_loader(chunk: int, block_v: int, delta: bool = True):
+def channel_chunk_loader(chunk: int, block_v: int, delta: bool = True, values: bool = True):
     """As ``chunk_loader`` under one decay per key channel: Q_o, K_x and K_s of value head hv
     (``chunk_prep_channel``'s), the V tile, T', M and the state's decay over the segment, row
-    ``decay_row`` of ``decay``; without ``delta`` neither K_x nor T'."""
+    ``decay_row`` of ``decay``; without ``delta`` neither K_x nor T', without ``values`` no V tile."""
     C, BV = chunk, block_v
 
     @T.macro
@@ -35,7 +35,8 @@ def channel_chunk_loader(chunk: int, block_v: int, delta: bool = True):
         if delta:
             T.copy(kx[hv, t0:t0 + C, :], k_s)
         T.copy(ks[hv, t0:t0 + C, :], ku_s)
-        T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s)
+        if values:
+            T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s)
         if delta:
             T.copy(tp[hv, t0:t0 + C, :], tp_s)
         T.copy(m[hv, t0:t0 + C, :], m_s)

@@ -34,20 +34,26 @@ def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = Tru
     return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
-def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True, boundaries: bool = False) -> Program:
+def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True, boundaries: bool = False,
+                          transition: bool = False) -> Program:
     """The value-major state pass for ``spec`` under one decay per key channel (``boundaries``:
-    storing the state at every chunk boundary too)."""
+    storing the state at every chunk boundary too; ``transition``: each sequence's Φ instead)."""
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                 chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
                 sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
                 threads=2 * config.block_v, num_stages=config.num_stages, channel=True,
                 delta=delta, boundaries=boundaries)
+    if transition:  # left out otherwise: the other programs' arguments (and cache keys) stay as they were
+        args["transition"] = True
     return compiled("tileops.kernels.programs.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
 
 
-def compile_channel_entries(config: KernelConfig, spec: CallSpec) -> Program:
-    """The entry states of cut pieces from their walks from zero (exact fp32 arithmetic)."""
+def compile_channel_entries(config: KernelConfig, spec: CallSpec, delta: bool = False) -> Program:
+    """The entry states of cut pieces from their walks from zero (and, with ``delta``, their
+    transitions): exact fp32 arithmetic."""
     args = dict(value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v, chunk=config.chunk_size)
+    if delta:
+        args["delta"] = True
     return compiled("tileops.kernels.programs.channel_entries:channel_entries_program", args, spec.arch, PASS_CONFIGS)
 
 
@@ -71,18 +77,21 @@ class ChannelPrefillLauncher:
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
         # GLA's few long sequences: both passes again for the pieces, as packed sequences.
-        self.cut_prep = self.cut_chain = self.cut_entries = None
+        self.cut_prep = self.cut_chain = self.cut_transition = self.cut_entries = None
         if may_cut(spec, config.block_v, delta):
             packed_spec = dataclasses.replace(spec, mode="varlen")
             self.cut_prep = compile_channel_prep(config, packed_spec, delta)
             self.cut_chain = compile_channel_chain(config, packed_spec, delta)
-            self.cut_entries = compile_channel_entries(config, spec)
+            if delta:
+                self.cut_transition = compile_channel_chain(config, packed_spec, delta, transition=True)
+            self.cut_entries = compile_channel_entries(config, spec, delta)
         self.tiles = walk_tiles(spec, config.block_v)
         self.sms = sm_count(spec.device, spec.arch)
 
     def cut_plan(self, lengths: tuple[int, ...], device: torch.device) -> Optional[CutPlan]:
         """The pieces sequences of ``lengths`` are cut into, or None when they are walked whole."""
-        width = 0 if self.cut_chain is None else piece_windows(lengths, self.config.chunk_size, self.tiles, self.sms)
+        width = 0 if self.cut_chain is None else piece_windows(lengths, self.config.chunk_size, self.tiles, self.sms,
+                                                               self.delta)
         return cut_plan(lengths, width, self.config.chunk_size, device) if width else None
 
     def __call__(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None,
@@ -143,13 +152,18 @@ class ChannelPrefillLauncher:
 
     def cut(self, plan, first, firsts, walk, flat_o, o, final, has_init):
         """The call with its sequences cut as ``plan`` says (``plans.channel_pieces``): the first
-        pass and a walk from zero for every piece, the entries, the walk again from them."""
+        pass and a walk from zero for every piece (under the delta rule one from the identity too:
+        its transition), the entries, the walk again from them."""
         self.cut_prep(*first, plan.bounds, *firsts)
-        qo, ks, v, m, decay, h0 = walk
+        *inputs, decay, h0 = walk
         states = torch.empty(plan.count, *final.shape[1:], dtype=final.dtype, device=final.device)
-        self.cut_chain(qo, ks, v, m, decay, states, plan.bounds, flat_o, states, 0)
+        self.cut_chain(*inputs, decay, states, plan.bounds, flat_o, states, 0)
+        steps = decay  # what carries a piece's entry to the next: its decay rows, or its transition
+        if self.cut_transition is not None:
+            steps = torch.empty_like(states)  # K = V: Φ has a state's shape
+            self.cut_transition(*inputs, decay, steps, plan.bounds, flat_o, steps, 0)
         entries = torch.empty_like(states)
-        self.cut_entries(states, decay, h0, plan.bounds, plan.first, plan.last, int(has_init), entries)
-        self.cut_chain(qo, ks, v, m, decay, entries, plan.bounds, flat_o, states, 1)
+        self.cut_entries(states, steps, h0, plan.bounds, plan.first, plan.last, int(has_init), entries)
+        self.cut_chain(*inputs, decay, entries, plan.bounds, flat_o, states, 1)
         torch.index_select(states, 0, plan.last, out=final)
         return o, final

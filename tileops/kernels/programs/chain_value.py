@@ -7,7 +7,9 @@ per 64 value rows. Under one decay per key channel (``channel``) it reads the fi
 keys and queries and each segment's decay instead of q, k and the row factors (``chunk_h``).
 With ``boundaries`` it also stores the state entering each window, then the final one, key-major
 in BTHD's order (``chain.chain_kernel``'s ``chunk_major``): the per-chunk states of GLA's
-chunked training forward.
+chunked training forward. With ``transition`` (KDA's cut pieces, K = V) each sequence's walk starts
+from the identity with v = 0 and writes no output: its final state is the sequence's transition Φ
+(``plans.channel_pieces``); v, h0 and o are then not touched.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -22,7 +24,7 @@ from tileops.kernels.programs.chain import chain_kernel
 def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk: int,
                   block_v: int, dtype: str, sequences: str, state_v_first: bool, threads: int,
                   num_stages: int, issue: str = "serial", channel: bool = False, delta: bool = True,
-                  boundaries: bool = False):
+                  boundaries: bool = False, transition: bool = False):
     """The TileLang program of the state pass, specialised on everything but lengths and counts.
 
     Arguments and grid: ``chain.chain_kernel`` (with its ``channel``), with ``threads`` one warpgroup
@@ -31,10 +33,11 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
     H, HV, K, V, C, BV = heads, value_heads, dim_k, dim_v, chunk, block_v
     assert not (boundaries and state_v_first), "boundary states are stored key-major"
     assert threads == 128 * BV // WARPGROUP_ROWS, "one warpgroup per 64 value rows"
+    assert not transition or (channel and delta and K == V and not boundaries), "a transition: KDA's, K = V"
     group = HV // H
     accum = "float32"
     load_chunk = chunk_loader(C, BV)
-    load_channel_chunk = channel_chunk_loader(C, BV, delta)
+    load_channel_chunk = channel_chunk_loader(C, BV, delta, values=not transition)
     step, store_output = walk_step(rows=BV, dim_k=K, chunk=C, dtype=dtype, issue=issue, channel=channel, delta=delta)
     load_state, store_state = state_io(value_rows=True, rows=BV, cols=K, state_v_first=state_v_first)
 
@@ -61,7 +64,12 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
         if channel:
             ku_s = T.alloc_shared([1, C, K], dtype)
 
-        load_state(h0, s_f, n, hv, v0, has_init)
+        if transition:  # Sᵀ = I, and v = 0 throughout
+            for i, j in T.Parallel(BV, K):
+                s_f[i, j] = T.if_then_else(v0 + i == j, 1.0, 0.0)
+            T.clear(v_s)
+        else:
+            load_state(h0, s_f, n, hv, v0, has_init)
         w0 = bos // C
         windows = T.if_then_else(eos > bos, T.ceildiv(eos, C) - w0, 0)
         for c in T.Pipelined(windows, num_stages=num_stages):
@@ -83,7 +91,8 @@ def chain_program(*, heads: int, value_heads: int, dim_k: int, dim_v: int, chunk
                 step(q_s, k_s, ku_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
             else:
                 step(q_s, k_s, v_s, tp_s, m_s, f_s, 0, 0, lo, hi, s_f, o_f)
-            store_output(o_f, o_s, 0, o, t0, hv, v0, lo, hi)
+            if not transition:
+                store_output(o_f, o_s, 0, o, t0, hv, v0, lo, hi)
         store_state(ht, s_f, n, hv, v0)
         if boundaries:
             store_boundary(hs, s_f, n, windows, hv, v0)
