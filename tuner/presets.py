@@ -24,9 +24,12 @@ PRESETS: dict[str, dict[str, tuple[Case, ...]]] = {
             Case("gdn", 1, 1, **_QWEN), Case("gdn", 64, 1, **_QWEN), Case("gdn", 256, 1, **_QWEN),
         ),
     },
+    # With one long prompt on Kimi Linear's 32 heads over four GPUs (8 a GPU), the walks leave most
+    # SMs idle: the row that times KDA's cut into pieces (plans.channel_pieces).
     "kimi-linear": {
         "kda": (Case("kda", 4, 8192, **_KIMI), Case("kda", 1, 32768, **_KIMI),
-                Case("kda", 1, sum(_MIXED64), seqlens=_MIXED64, **_KIMI), Case("kda", 256, 1, **_KIMI)),
+                Case("kda", 1, sum(_MIXED64), seqlens=_MIXED64, **_KIMI), Case("kda", 256, 1, **_KIMI),
+                Case("kda", 1, 32768, heads=8, value_heads=8, dim=128)),
     },
     # DeltaNet and GLA layers of 16 heads over a 128-wide state: the rows their speed bars name, and
     # each one's training step (its chunked forward and backward: two kernels, two keys).

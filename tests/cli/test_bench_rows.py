@@ -6,7 +6,7 @@ import typer
 from tileops.cli.bench import bench_rows
 
 
-@pytest.mark.parametrize("op,decode,prefill,train", [("gdn", 3, 4, 0), ("kda", 1, 3, 0), ("deltanet", 1, 2, 1),
+@pytest.mark.parametrize("op,decode,prefill,train", [("gdn", 3, 4, 0), ("kda", 1, 4, 0), ("deltanet", 1, 2, 1),
                                                      ("gla", 1, 2, 1)])
 def test_each_family_has_its_rows_and_rows_filters_them(op, decode, prefill, train):
     every = bench_rows(op)

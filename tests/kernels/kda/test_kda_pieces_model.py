@@ -61,6 +61,7 @@ def spec(batch: int, tokens: int, heads: int = 16, mode: str = "prefill", dim: i
 def test_the_plan_says_when_sequences_are_cut():
     assert "pieces of 128 windows" in plan(ChannelPrefillConfig(), spec(1, 32768))
     assert "walk from the identity" in plan(ChannelPrefillConfig(), spec(1, 32768))
+    assert "pieces of 64 windows" in plan(ChannelPrefillConfig(), spec(1, 32768, heads=8))  # the bench's H8 row
     assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768, heads=32))
     assert "pieces" not in plan(ChannelPrefillConfig(), spec(4, 8192))
     assert "pieces" not in plan(ChannelPrefillConfig(), spec(1, 32768, state_v_first=True))
