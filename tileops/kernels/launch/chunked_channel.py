@@ -2,9 +2,9 @@
 ``chunk_prep_channel`` for every chunk at once, then the value-major chain over the sequences.
 
 As ``launch.chunked``: outputs allocated here, no host sync and no per-call table, so a call can be
-captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32. GLA's few long
+captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32. Few long
 sequences, of equal lengths or packed with their lengths on the host, are cut into pieces walked
-side by side (``plans.channel_pieces``).
+side by side (``plans.channel_pieces``; KDA's also walked from the identity for their transitions).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class ChannelPrefillLauncher:
         self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
-        # GLA's few long sequences: both passes again for the pieces, as packed sequences.
+        # Few long sequences: both passes again for the pieces, as packed sequences.
         self.cut_prep = self.cut_chain = self.cut_transition = self.cut_entries = None
         if may_cut(spec, config.block_v, delta):
             packed_spec = dataclasses.replace(spec, mode="varlen")
