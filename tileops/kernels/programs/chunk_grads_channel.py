@@ -12,7 +12,7 @@ state entering the chunk, dS_{c+1} the gradient of the one leaving it and dA = s
 (the last term is the sum beyond the chunk: the gradient of the next chunk's first log decay). The
 gated sums over tokens go by 16-row blocks as the forward's do: a block meets the rows after it
 (dk) or before it (dq) through one tensor-core product about its last or first row, every factor
-at most 1; inside a block a thread per key channel forms the pairs one by one in fp32.
+at most 1; inside a block a thread per key channel and block forms the pairs one by one in fp32.
 """
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
@@ -21,10 +21,6 @@ from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
 from tileops.kernels.blocks.wy_merge import BLOCK
 from tileops.kernels.hardware import WARPGROUP
 
-PART = 32  # state columns a step of dg's term past the chunk multiplies and sums
-# Two warpgroups a chunk: the pair loops and the gated operands wait on latency, which twice the
-# warps hide (1.31x over one warpgroup, docs/benchmarks.md); one CTA an SM either way (shared memory).
-THREADS = 2 * WARPGROUP
 
 
 def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str, scale: float):
@@ -33,19 +29,19 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
     ``h`` [B, NT + 1, H, K, V] and the walk's ``dh`` [B, NT, H, K, V] (fp32), ``has_init`` (else the
     first chunk starts from zeros, whatever h[:, 0] holds), then dq, dk [tokens, H, K] and dv
     [tokens, H, V] in the token dtype and dg [tokens, H, K] in fp32. Sequences of NT whole chunks.
-    Grid: (NT, H, B), two warpgroups each."""
+    Grid: (NT, H, B), a thread per key channel and 16-row block each (four warpgroups at K = 128):
+    the pair loops and the gated operands wait on latency, which the more warps hide (one CTA an SM
+    whatever the count: shared memory; docs/benchmarks.md)."""
     H, K, V, C = heads, dim_k, dim_v, chunk
-    assert C == 4 * BLOCK and K <= WARPGROUP and V % PART == 0
+    assert C == 4 * BLOCK and K <= WARPGROUP
     accum = "float32"
     tokens, batch, chunks, states = T.dynamic("tokens"), T.dynamic("batch"), T.dynamic("chunks"), T.dynamic("states")
 
-    lanes = THREADS // K  # threads per key channel in the pair loops
-    own_blocks = C // BLOCK // lanes  # the blocks each of them takes
-    assert own_blocks * lanes == C // BLOCK, "the lanes of a channel share its blocks evenly"
+    threads = C // BLOCK * K
 
     @T.macro
     def block_pairs(da_s, x_s, gam_s, pair_s, tx, later: bool):
-        """The pairs inside each 16-row block, a thread per key channel (and block group), the lower
+        """The pairs inside each 16-row block, a thread per key channel and block, the lower
         triangle only, every exponent at most 0: Σ_{t ≥ s} dA_ts x_t e^{γ_t − γ_s} into row s of
         ``pair_s`` (``later``, for dk; x = q) or Σ_{s ≤ t} dA_ts x_s e^{γ_t − γ_s} into row t (for
         dq; x = k). dA is read at one address a warp (a broadcast)."""
@@ -53,22 +49,21 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
         g_l = T.alloc_local([BLOCK], accum)
         x_l = T.alloc_local([BLOCK], accum)
         acc_l = T.alloc_local([BLOCK], accum)
-        for b in T.serial(own_blocks):
-            r = (tx // K * own_blocks + b) * BLOCK
+        r = tx // K * BLOCK
+        for u in T.unroll(BLOCK, explicit=True):
+            g_l[u] = gam_s[r + u, c]
+            x_l[u] = T.cast(x_s[r + u, c], accum)
+            acc_l[u] = 0.0
+        for t in T.unroll(BLOCK, explicit=True):
             for u in T.unroll(BLOCK, explicit=True):
-                g_l[u] = gam_s[r + u, c]
-                x_l[u] = T.cast(x_s[r + u, c], accum)
-                acc_l[u] = 0.0
-            for t in T.unroll(BLOCK, explicit=True):
-                for u in T.unroll(BLOCK, explicit=True):
-                    if u <= t:  # constants once unrolled: only the triangle is emitted
-                        f = T.cast(da_s[r + t, r + u], accum) * T.exp(g_l[t] - g_l[u])
-                        if later:
-                            acc_l[u] = acc_l[u] + f * x_l[t]
-                        else:
-                            acc_l[t] = acc_l[t] + f * x_l[u]
-            for u in T.unroll(BLOCK, explicit=True):
-                pair_s[r + u, c] = acc_l[u]
+                if u <= t:  # constants once unrolled: only the triangle is emitted
+                    f = T.cast(da_s[r + t, r + u], accum) * T.exp(g_l[t] - g_l[u])
+                    if later:
+                        acc_l[u] = acc_l[u] + f * x_l[t]
+                    else:
+                        acc_l[t] = acc_l[t] + f * x_l[u]
+        for u in T.unroll(BLOCK, explicit=True):
+            pair_s[r + u, c] = acc_l[u]
 
     @T.prim_func
     def chunk_grads_channel(
@@ -87,7 +82,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
         dv: T.Tensor([tokens, H, V], dtype),
         dg: T.Tensor([tokens, H, K], accum),
     ):
-        with T.Kernel(chunks, H, batch, threads=THREADS) as (c, hh, b):
+        with T.Kernel(chunks, H, batch, threads=threads) as (c, hh, b):
             t0 = (b * chunks + c) * C
             q_s = T.alloc_shared([C, K], dtype)
             k_s = T.alloc_shared([C, K], dtype)
@@ -98,19 +93,19 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             st_s = T.alloc_shared([K, V], dtype)  # dS_{c+1}, then S_c: the products' operand
             op_s = T.alloc_shared([C, K], dtype)  # K_s, then each block's gated operand
             gam_s = T.alloc_shared([C, K], accum)
-            dgp_s = T.alloc_shared([C, K], accum)  # q ⊙ dq − k ⊙ dk
-            pair_s = T.alloc_shared([C, K], accum)  # the pairs inside the blocks, of dk then of dq
+            dgp_s = T.alloc_shared([C, K], accum)  # −k ⊙ dk
+            pair_s = T.alloc_shared([C, K], accum)  # the pairs inside the blocks, of dk then of dq; then q ⊙ dq
             past_s = T.alloc_shared([K], accum)
             g_f = T.alloc_fragment([C, K], accum)
             a_f = T.alloc_fragment([C, C], accum)
             dv_f = T.alloc_fragment([C, V], accum)
             acc_f = T.alloc_fragment([C, K], accum)
             tmp_f = T.alloc_fragment([C, K], accum)
-            s_f = T.alloc_fragment([K, PART], accum)
-            d_f = T.alloc_fragment([K, PART], accum)
-            sum_f = T.alloc_fragment([K], accum)
+            s_f = T.alloc_fragment([K, V], accum)
+            d_f = T.alloc_fragment([K, V], accum)
             past_f = T.alloc_fragment([K], accum)
             run = T.alloc_var(accum)
+            col_l = T.alloc_local([C], accum)  # one channel's column, for the sums down the chunk
             tx = T.get_thread_binding()
 
             T.copy(q[t0:t0 + C, hh, :], q_s)
@@ -122,22 +117,19 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             T.copy(g[t0:t0 + C, hh, :], g_f)
             for i, j in T.Parallel(C, K):
                 gam_s[i, j] = T.max(g_f[i, j], LOG_DECAY_FLOOR)
-            if tx < K:  # γ: each channel's running sum down the chunk
+            if tx < K:  # γ: each channel's running sum down the chunk, unrolled (its loads issued ahead)
                 run = 0.0
-                for i in T.serial(C):
+                for i in T.unroll(C, explicit=True):
                     run = run + gam_s[i, tx]
                     gam_s[i, tx] = run
-            # dS_{c+1} as the products' operand, and dg's term past the chunk, PART columns a step.
-            T.clear(past_f)
-            for p in T.serial(V // PART):
-                T.copy(h[b, c + 1, hh, :, p * PART:(p + 1) * PART], s_f)
-                T.copy(dh[b, c, hh, :, p * PART:(p + 1) * PART], d_f)
-                for i, j in T.Parallel(K, PART):
-                    st_s[i, p * PART + j] = T.cast(d_f[i, j], dtype)
-                    s_f[i, j] = s_f[i, j] * d_f[i, j]
-                T.reduce_sum(s_f, sum_f, dim=1)
-                for i in T.Parallel(K):
-                    past_f[i] = past_f[i] + sum_f[i]
+            # S_{c+1} and dS_{c+1}, loaded in one go.
+            T.copy(h[b, c + 1, hh, :, :], s_f)
+            T.copy(dh[b, c, hh, :, :], d_f)
+            # dS_{c+1} as the products' operand, and dg's term past the chunk.
+            for i, j in T.Parallel(K, V):
+                st_s[i, j] = T.cast(d_f[i, j], dtype)
+                s_f[i, j] = s_f[i, j] * d_f[i, j]
+            T.reduce_sum(s_f, past_f, dim=1)
             T.copy(past_f, past_s)
 
             T.gemm(do_s, v_s, a_f, transpose_B=True, clear_accum=True)
@@ -182,13 +174,15 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
                     acc_f[t, j] = acc_f[t, j] + T.if_then_else(t // BLOCK == blk, tmp_f[t, j] * T.exp(gam_s[t, j] - gam_s[r, j]),
                                                                0.0)
             T.copy(acc_f, dq[t0:t0 + C, hh, :])
-            for i, j in T.Parallel(C, K):
-                dgp_s[i, j] = dgp_s[i, j] + T.cast(q_s[i, j], accum) * acc_f[i, j]
+            for i, j in T.Parallel(C, K):  # q ⊙ dq apart: added in place, each row took a barrier
+                pair_s[i, j] = T.cast(q_s[i, j], accum) * acc_f[i, j]
 
             if tx < K:  # dg: the sum from each row to the chunk's last, plus the term past the chunk
+                for u in T.unroll(C, explicit=True):
+                    col_l[u] = dgp_s[u, tx] + pair_s[u, tx]
                 run = past_s[tx]
-                for u in T.serial(C):
-                    run = run + dgp_s[C - 1 - u, tx]
+                for u in T.unroll(C, explicit=True):
+                    run = run + col_l[C - 1 - u]
                     dg[t0 + C - 1 - u, hh, tx] = run
 
     return chunk_grads_channel
