@@ -18,7 +18,9 @@ With γ the log decays summed down each C-token chunk (per key channel, from the
 The gated sums over tokens go by 16-row blocks, as the forward's products over channels do: a
 block against the rows before it about its first row r (dq: e^{γ_t − γ_r} ⊙ (dA · (k ⊙ e^{γ_r − γ_s})))
 or after it about its last row e (dk: e^{γ_e − γ_s} ⊙ (dAᵀ · (q ⊙ e^{γ_t − γ_e}))), every factor at
-most 1, one tensor-core product each; the pairs inside a block one by one.
+most 1, one tensor-core product each; the products' operand is carried from block to block (the
+rows already in take the decay between the two reference rows, the next block's rows join with
+their own factors); the pairs inside a block one by one.
 """
 
 from __future__ import annotations
@@ -36,16 +38,23 @@ def gated_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later
     ``later`` Σ_{t ≥ s} d_a[t, s] x_t ⊙ e^{γ_t − γ_s} for every row s, by 16-row blocks."""
     out = torch.zeros_like(x)
     rows = torch.arange(C)
+    carried = torch.zeros_like(x)  # the rows before (dq) or after (dk) the block, about its reference row
+    for blk in (range(C // BLOCK - 2, -1, -1) if later else range(1, C // BLOCK)):
+        own = slice(blk * BLOCK, (blk + 1) * BLOCK)
+        if later:  # the rows after block J, about its last row e; the block after J joins
+            e = (blk + 1) * BLOCK - 1
+            joining = slice(e + 1, e + 1 + BLOCK)
+            carried = carried * (gamma[:, e + BLOCK:e + BLOCK + 1] - gamma[:, e:e + 1]).exp()
+            carried[:, joining] = x[:, joining] * (gamma[:, joining] - gamma[:, e:e + 1]).exp()
+            out[:, own] += (gamma[:, e:e + 1] - gamma[:, own]).exp() * (d_a[:, :, own].mT @ carried)
+        else:  # the rows before block I, about its first row r; the block before I joins
+            r = blk * BLOCK
+            joining = slice(r - BLOCK, r)
+            carried = carried * (gamma[:, r:r + 1] - gamma[:, r - BLOCK:r - BLOCK + 1]).exp()
+            carried[:, joining] = x[:, joining] * (gamma[:, r:r + 1] - gamma[:, joining]).exp()
+            out[:, own] += (gamma[:, own] - gamma[:, r:r + 1]).exp() * (d_a[:, own, :] @ carried)
     for blk in range(C // BLOCK):
         own = slice(blk * BLOCK, (blk + 1) * BLOCK)
-        if not later and blk > 0:  # the rows before block I, about its first row r
-            r = blk * BLOCK
-            right = x[:, :r] * (gamma[:, r:r + 1] - gamma[:, :r]).exp()
-            out[:, own] += (gamma[:, own] - gamma[:, r:r + 1]).exp() * (d_a[:, own, :r] @ right)
-        if later and blk < C // BLOCK - 1:  # the rows after block J, about its last row e
-            e = (blk + 1) * BLOCK - 1
-            left = x[:, e + 1:] * (gamma[:, e + 1:] - gamma[:, e:e + 1]).exp()
-            out[:, own] += (gamma[:, e:e + 1] - gamma[:, own]).exp() * (d_a[:, e + 1:, own].mT @ left)
         # Inside the block, pair by pair (only the lower triangle holds anything).
         g_blk = gamma[:, own]
         pair = (g_blk[:, :, None, :] - g_blk[:, None, :, :]).exp()  # [H, t, s, K]: e^{γ_t − γ_s}

@@ -13,7 +13,12 @@ state entering the chunk, dS_{c+1} the gradient of the one leaving it and dA = s
 gated sums over tokens go by 16-row blocks as the forward's do: a block meets the rows after it
 (dk) or before it (dq) through one tensor-core product about its last or first row, every factor
 at most 1; inside a block a thread per key channel and block forms the pairs one by one in fp32.
+The products' operand is carried from block to block in fp32: the rows already in take the decay
+between the two blocks' reference rows (one factor a channel), the next block's rows join with
+their own, so that each row's factor is formed once and not once a block.
 """
+
+import math
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
@@ -21,6 +26,7 @@ from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
 from tileops.kernels.blocks.wy_merge import BLOCK
 from tileops.kernels.hardware import WARPGROUP
 
+LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
 
 
 def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str, scale: float):
@@ -57,7 +63,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
         for t in T.unroll(BLOCK, explicit=True):
             for u in T.unroll(BLOCK, explicit=True):
                 if u <= t:  # constants once unrolled: only the triangle is emitted
-                    f = T.cast(da_s[r + t, r + u], accum) * T.exp(g_l[t] - g_l[u])
+                    f = T.cast(da_s[r + t, r + u], accum) * T.exp2(g_l[t] - g_l[u])
                     if later:
                         acc_l[u] = acc_l[u] + f * x_l[t]
                     else:
@@ -101,6 +107,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             dv_f = T.alloc_fragment([C, V], accum)
             acc_f = T.alloc_fragment([C, K], accum)
             tmp_f = T.alloc_fragment([C, K], accum)
+            opf_f = T.alloc_fragment([C, K], accum)  # a block's gated operand in fp32, carried to the next
             s_f = T.alloc_fragment([K, V], accum)
             d_f = T.alloc_fragment([K, V], accum)
             past_f = T.alloc_fragment([K], accum)
@@ -116,7 +123,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             T.copy(ks[hh, t0:t0 + C, :], op_s)
             T.copy(g[t0:t0 + C, hh, :], g_f)
             for i, j in T.Parallel(C, K):
-                gam_s[i, j] = T.max(g_f[i, j], LOG_DECAY_FLOOR)
+                gam_s[i, j] = T.max(g_f[i, j], LOG_DECAY_FLOOR) * LOG2_E
             if tx < K:  # γ: each channel's running sum down the chunk, unrolled (its loads issued ahead)
                 run = 0.0
                 for i in T.unroll(C, explicit=True):
@@ -143,16 +150,22 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             block_pairs(da_s, q_s, gam_s, pair_s, tx, True)
             T.gemm(v_s, st_s, acc_f, transpose_B=True, clear_accum=True)
             for i, j in T.Parallel(C, K):
-                acc_f[i, j] = acc_f[i, j] * T.exp(gam_s[C - 1, j] - gam_s[i, j]) + pair_s[i, j]
-            for blk in range(C // BLOCK - 1):
+                acc_f[i, j] = acc_f[i, j] * T.exp2(gam_s[C - 1, j] - gam_s[i, j]) + pair_s[i, j]
+            T.clear(opf_f)
+            for step in range(C // BLOCK - 1):  # from the last block but one: the rows after it join a block at a time
+                blk = C // BLOCK - 2 - step
                 e = blk * BLOCK + BLOCK - 1
                 for t, j in T.Parallel(C, K):
-                    op_s[t, j] = T.cast(T.if_then_else(t > e, T.cast(q_s[t, j], accum) * T.exp(gam_s[t, j] - gam_s[e, j]),
-                                                       0.0), dtype)
+                    if t // BLOCK == blk + 1:
+                        opf_f[t, j] = T.cast(q_s[t, j], accum) * T.exp2(gam_s[t, j] - gam_s[e, j])
+                    else:
+                        opf_f[t, j] = opf_f[t, j] * T.exp2(gam_s[e + BLOCK, j] - gam_s[e, j])
+                for t, j in T.Parallel(C, K):
+                    op_s[t, j] = T.cast(opf_f[t, j], dtype)
                 T.gemm(da_s, op_s, tmp_f, transpose_A=True, clear_accum=True)
                 for s, j in T.Parallel(C, K):
-                    acc_f[s, j] = acc_f[s, j] + T.if_then_else(s // BLOCK == blk, tmp_f[s, j] * T.exp(gam_s[e, j] - gam_s[s, j]),
-                                                               0.0)
+                    if s // BLOCK == blk:
+                        acc_f[s, j] = acc_f[s, j] + tmp_f[s, j] * T.exp2(gam_s[e, j] - gam_s[s, j])
             T.copy(acc_f, dk[t0:t0 + C, hh, :])
             for i, j in T.Parallel(C, K):
                 dgp_s[i, j] = -T.cast(k_s[i, j], accum) * acc_f[i, j]
@@ -163,16 +176,21 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             block_pairs(da_s, k_s, gam_s, pair_s, tx, False)
             T.gemm(do_s, st_s, acc_f, transpose_B=True, clear_accum=True)
             for i, j in T.Parallel(C, K):
-                acc_f[i, j] = scale * T.exp(gam_s[i, j]) * acc_f[i, j] + pair_s[i, j]
-            for blk in range(1, C // BLOCK):
+                acc_f[i, j] = scale * T.exp2(gam_s[i, j]) * acc_f[i, j] + pair_s[i, j]
+            T.clear(opf_f)
+            for blk in range(1, C // BLOCK):  # from the second block: the rows before it join a block at a time
                 r = blk * BLOCK
                 for s, j in T.Parallel(C, K):
-                    op_s[s, j] = T.cast(T.if_then_else(s < r, T.cast(k_s[s, j], accum) * T.exp(gam_s[r, j] - gam_s[s, j]),
-                                                       0.0), dtype)
+                    if s // BLOCK == blk - 1:
+                        opf_f[s, j] = T.cast(k_s[s, j], accum) * T.exp2(gam_s[r, j] - gam_s[s, j])
+                    else:
+                        opf_f[s, j] = opf_f[s, j] * T.exp2(gam_s[r, j] - gam_s[r - BLOCK, j])
+                for t, j in T.Parallel(C, K):
+                    op_s[t, j] = T.cast(opf_f[t, j], dtype)
                 T.gemm(da_s, op_s, tmp_f, clear_accum=True)
                 for t, j in T.Parallel(C, K):
-                    acc_f[t, j] = acc_f[t, j] + T.if_then_else(t // BLOCK == blk, tmp_f[t, j] * T.exp(gam_s[t, j] - gam_s[r, j]),
-                                                               0.0)
+                    if t // BLOCK == blk:
+                        acc_f[t, j] = acc_f[t, j] + tmp_f[t, j] * T.exp2(gam_s[t, j] - gam_s[r, j])
             T.copy(acc_f, dq[t0:t0 + C, hh, :])
             for i, j in T.Parallel(C, K):  # q ⊙ dq apart: added in place, each row took a barrier
                 pair_s[i, j] = T.cast(q_s[i, j], accum) * acc_f[i, j]
