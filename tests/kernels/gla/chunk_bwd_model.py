@@ -72,8 +72,8 @@ def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float,
               rounding: Optional[torch.dtype] = None):
     """(dq, dk, dv, dg) [B, T, H, ·] for equal lengths T a multiple of C, from the forward's
     h [B, T / C + 1, H, K, V]. ``rounding`` (a 16-bit dtype) rounds what the kernels hand the
-    tensor cores in it: dA, M, K_s and the states S_c and dS_{c+1} of the products (dg's term past
-    the chunk takes them in fp32)."""
+    tensor cores in it: dA, M, K_s and the states S_c and dS_{c+1} of the products, and dS_{c+1}
+    where the walk stores it (dg's term past the chunk takes S_{c+1} in fp32)."""
     def r(x):
         return x if rounding is None else x.to(rounding).to(F64)
 
@@ -111,7 +111,7 @@ def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float,
             dk_c = ((x["gamma"][:, -1:] - x["gamma"]).exp() * (x["v"] @ r(d_next).mT)
                     + gated_rows(d_a, x["q"], x["gamma"], later=True))
             dq[b, span], dk[b, span] = dq_c.transpose(0, 1), dk_c.transpose(0, 1)
-            past_end = (h[b, c + 1] * d_next).sum(-1)  # [H, K]
+            past_end = (h[b, c + 1] * r(d_next)).sum(-1)  # [H, K]
             dg[b, span] = ((x["q"] * dq_c - x["k"] * dk_c).flip(1).cumsum(1).flip(1)
                            + past_end[:, None]).transpose(0, 1)
     return dq, dk, dv, dg

@@ -1,8 +1,8 @@
 """tl.gla_chunk_bwd on an sm90 GPU against the float64 reference: GLAChunkBwdOp's (dq, dk, dv, dg)
 from the float64 forward's h, with and without an initial state and a final-state gradient,
 K = V ∈ {64, 128}, fp16 and bf16, a given scale, gates from weak to −5 a token, one chunk and
-many; and inside a CUDA graph. dg's tolerance is its own: the float64 model of the kernels'
-operand roundings shows why (``test_gla_chunk_bwd_model``)."""
+many; and inside a CUDA graph. dg takes dq's tolerance: its cancelling terms take the same rounded
+state gradient (``test_gla_chunk_bwd_model``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 from tileops import dispatch
 from tileops.linear_attention import GLAChunkBwdOp, GLAChunkFwdOp
 from tileops.tuner.gate import in_float64, relative_error
-from tests.kernels.gla.test_gla_chunk_bwd_model import DG_TOL
 from tests.kernels.gla.test_gla_chunk_fwd_gpu import TOL, inputs
 
 pytestmark = [
@@ -56,7 +55,7 @@ def test_gradients_against_float64(case):
     errors = [relative_error(x, y) for x, y in zip(ours, expected)]
     print(f"gla chunk bwd {case['id']}: dq, dk, dv, dg {', '.join(f'{e:.2e}' for e in errors)}")
     assert [x.dtype for x in ours] == [x.dtype for x in args[:3]] + [args[3].dtype]
-    assert max(errors[:3]) <= TOL[case["dtype"]] and errors[3] <= DG_TOL[case["dtype"]], errors
+    assert max(errors) <= TOL[case["dtype"]], errors
 
 
 def test_a_cuda_graph_replays_the_backward_on_new_inputs():
@@ -101,4 +100,4 @@ def test_autograd_through_the_chunked_forward_runs_the_backward_kernel():
     expected = grads(in_float64((q, k, v, g)), target="reference")
     errors = [relative_error(x, y) for x, y in zip(ours, expected)]
     print(f"gla chunk fwd autograd: dq, dk, dv, dg {', '.join(f'{e:.2e}' for e in errors)}")
-    assert max(errors[:3]) <= TOL[torch.bfloat16] and errors[3] <= DG_TOL[torch.bfloat16], errors
+    assert max(errors) <= TOL[torch.bfloat16], errors

@@ -71,17 +71,13 @@ def test_the_gated_sums_stay_finite_in_fp32_under_the_strongest_gates(later):
     assert single.isfinite().all() and relative(single.to(F64), exact) <= 1e-5
 
 
-# dg's tolerance in the GPU tests (tests/kernels/gla/test_gla_chunk_bwd_gpu.py): q ⊙ dq − k ⊙ dk
-# cancel, so the 16-bit operands' errors in dq and dk stand out in dg.
-DG_TOL = {torch.bfloat16: 6e-2, torch.float16: 8e-3}
-
-
 @pytest.mark.parametrize("rounding", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_dg_carries_the_operands_rounding_enlarged_by_its_cancellation(rounding):
+def test_dg_errs_as_little_as_dq_when_every_term_takes_the_same_rounded_ds(rounding):
     """On the GPU tests' inputs (unit q and k, gates uniform down to −1 or −5 a token), with the
-    kernels' 16-bit operands dq, dk and dv stay near the dtype's rounding while dg, a sum of
-    differences of nearly equal terms, errs several times more; the GPU tests' dg tolerance holds
-    with room, far below what a wrong term gives (order 1)."""
+    kernels' 16-bit operands all four gradients stay within twice the dtype's rounding. dg sums
+    differences of nearly equal terms (q ⊙ dq − k ⊙ dk down the chunk, plus S_{c+1} ⊙ dS_{c+1}
+    past it): they cancel as exactly when dS_{c+1} is rounded alike in each, as the walk stores
+    it; with dS in fp32 in the last term alone, dg erred several times more than dq (up to 17)."""
     gen = torch.Generator().manual_seed(0)
     B, T, H, D, scale = 1, 512, 2, 64, 0.125
     worst = {}
@@ -97,6 +93,4 @@ def test_dg_carries_the_operands_rounding_enlarged_by_its_cancellation(rounding)
         rounded = chunk_bwd(q, k, v, g, h.float().to(F64), do, dht, scale=scale, rounding=rounding)
         for name, x, y in zip(("dq", "dk", "dv", "dg"), rounded, exact):
             worst[name] = max(worst.get(name, 0.0), relative(x, y))
-    eps = torch.finfo(rounding).eps
-    assert max(worst["dq"], worst["dk"], worst["dv"]) <= 2 * eps, worst
-    assert 4 * max(worst["dq"], worst["dk"]) <= worst["dg"] <= DG_TOL[rounding] / 1.5, worst
+    assert max(worst.values()) <= 2 * torch.finfo(rounding).eps, worst

@@ -2,8 +2,8 @@
 chunk's decay: ``chunk_prep_channel`` without the delta rule), the backward state walk
 (``chunk_dh_channel``), then every chunk's gradients (``chunk_grads_channel``).
 
-Three launches, no host sync; the first pass's outputs and the state gradients dS (fp32) are the
-only intermediates. The programs see the B sequences of T tokens as one packed token axis.
+Three launches, no host sync; the first pass's outputs and the state gradients dS (in the token
+dtype) are the only intermediates. The programs see the B sequences of T tokens as one packed token axis.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class ChannelChunkBwdLauncher:
         qo, ks = (torch.empty(H, tokens, K, dtype=q.dtype, device=q.device) for _ in range(2))
         decay = torch.empty(H, B * chunks + B, K, dtype=torch.float32, device=q.device)
         self.prep(flat_q, flat_k, flat_g, m, qo, ks, decay, T)
-        dh = torch.empty(B, chunks, H, K, V, dtype=torch.float32, device=q.device)
+        dh = torch.empty(B, chunks, H, K, V, dtype=q.dtype, device=q.device)
         final_grad = dht.float().contiguous() if dht is not None else torch.empty(B, H, K, V, dtype=torch.float32,
                                                                                   device=q.device)
         self.walk(qo, flat_do, decay, final_grad, int(dht is not None), dh)

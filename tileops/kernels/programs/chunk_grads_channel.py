@@ -18,22 +18,19 @@ between the two blocks' reference rows (one factor a channel), the next block's 
 their own, so that each row's factor is formed once and not once a block.
 """
 
-import math
-
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
 from tileops.kernels.blocks.wy_merge import BLOCK
 from tileops.kernels.hardware import WARPGROUP
-
-LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
+from tileops.kernels.programs.chunk_prep_channel import LOG2_E  # γ in base 2, as the first pass keeps it
 
 
 def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str, scale: float):
     """The TileLang program: q, k [tokens, H, K], v, do [tokens, H, V] in the token dtype, g [tokens,
     H, K] in fp32, the first pass's ``m`` [H, tokens, C] and ``ks`` [H, tokens, K], the forward's
-    ``h`` [B, NT + 1, H, K, V] and the walk's ``dh`` [B, NT, H, K, V] (fp32), ``has_init`` (else the
-    first chunk starts from zeros, whatever h[:, 0] holds), then dq, dk [tokens, H, K] and dv
+    ``h`` [B, NT + 1, H, K, V] in fp32 and the walk's ``dh`` [B, NT, H, K, V] in the token dtype,
+    ``has_init`` (else the first chunk starts from zeros, whatever h[:, 0] holds), then dq, dk [tokens, H, K] and dv
     [tokens, H, V] in the token dtype and dg [tokens, H, K] in fp32. Sequences of NT whole chunks.
     Grid: (NT, H, B), a thread per key channel and 16-row block each (four warpgroups at K = 128):
     the pair loops and the gated operands wait on latency, which the more warps hide (one CTA an SM
@@ -81,7 +78,7 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
         m: T.Tensor([H, tokens, C], dtype),
         ks: T.Tensor([H, tokens, K], dtype),
         h: T.Tensor([batch, states, H, K, V], accum),
-        dh: T.Tensor([batch, chunks, H, K, V], accum),
+        dh: T.Tensor([batch, chunks, H, K, V], dtype),
         has_init: T.int32,
         dq: T.Tensor([tokens, H, K], dtype),
         dk: T.Tensor([tokens, H, K], dtype),
@@ -109,7 +106,6 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             tmp_f = T.alloc_fragment([C, K], accum)
             opf_f = T.alloc_fragment([C, K], accum)  # a block's gated operand in fp32, carried to the next
             s_f = T.alloc_fragment([K, V], accum)
-            d_f = T.alloc_fragment([K, V], accum)
             past_f = T.alloc_fragment([K], accum)
             run = T.alloc_var(accum)
             col_l = T.alloc_local([C], accum)  # one channel's column, for the sums down the chunk
@@ -129,13 +125,11 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
                 for i in T.unroll(C, explicit=True):
                     run = run + gam_s[i, tx]
                     gam_s[i, tx] = run
-            # S_{c+1} and dS_{c+1}, loaded in one go.
+            # S_{c+1} and dS_{c+1} (the products' operand as it stands), loaded in one go; dg's term past the chunk.
             T.copy(h[b, c + 1, hh, :, :], s_f)
-            T.copy(dh[b, c, hh, :, :], d_f)
-            # dS_{c+1} as the products' operand, and dg's term past the chunk.
+            T.copy(dh[b, c, hh, :, :], st_s)
             for i, j in T.Parallel(K, V):
-                st_s[i, j] = T.cast(d_f[i, j], dtype)
-                s_f[i, j] = s_f[i, j] * d_f[i, j]
+                s_f[i, j] = s_f[i, j] * T.cast(st_s[i, j], accum)
             T.reduce_sum(s_f, past_f, dim=1)
             T.copy(past_f, past_s)
 

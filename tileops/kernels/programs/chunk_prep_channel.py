@@ -22,6 +22,8 @@ formed one by one in fp32, the lower triangle only, exact whatever the decays (a
 the block would bound its factors only under a bounded gate).
 """
 
+import math
+
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.blocks.entry import Sequences, kernel_entry
@@ -37,6 +39,7 @@ SKEW = 8  # the quarters walk their channels from offsets SKEW apart, so that a 
 # and k meet few bank conflicts (1.4 ways on average, against 3.5 with interleaved channels)
 ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
 # that a warp reads in one channel in 16 banks
+LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 
@@ -86,7 +89,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     def rows(g, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx):
         """Per row: its sequence, the sequence's first and last row in the window, whether it is the
         sequence's last token, and β; per (row, channel) the log decay, transformed as the flags say
-        and no lower than LOG_DECAY_FLOOR (zero outside the sequences), into ``gam_s`` [K, C]."""
+        and no lower than LOG_DECAY_FLOOR (zero outside the sequences), into ``gam_s`` [K, C] in base
+        2: every factor the pass forms is then one exp2."""
         seg = T.alloc_var("int32")
         s_beg = T.alloc_var("int32")
         s_end = T.alloc_var("int32")
@@ -126,7 +130,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         for i, c in T.Parallel(C, K):
             raw = g_f[i, c]
             log_decay = channel_gate_transform(raw + dt_bias[hv * K + c], a_log[hv], lower_bound) if gate_in_kernel else raw
-            gam_s[c, i] = T.if_then_else(seg_s[i] >= 0, T.max(log_decay, LOG_DECAY_FLOOR), 0.0)
+            gam_s[c, i] = T.if_then_else(seg_s[i] >= 0, T.max(log_decay, LOG_DECAY_FLOOR) * LOG2_E, 0.0)
 
     @T.macro
     def scan(gam_s, beg_s, last_s, decay, hv, w, tx):
@@ -140,8 +144,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 run = T.if_then_else(beg_s[i] == i, 0.0, run) + gam_s[tx, i]
                 gam_s[tx, i] = run
                 if last_s[i] >= 0:
-                    decay[hv, T.ceildiv(tokens, C) + last_s[i], tx] = T.exp(run)
-            decay[hv, w, tx] = T.exp(gam_s[tx, T.min(tokens - w * C, C) - 1])
+                    decay[hv, T.ceildiv(tokens, C) + last_s[i], tx] = T.exp2(run)
+            decay[hv, w, tx] = T.exp2(gam_s[tx, T.min(tokens - w * C, C) - 1])
 
     @T.macro
     def store_pairs(acc_a, acc_m, a_s, d_s, lo, hi, blk, p, quarter, mirror):
@@ -199,7 +203,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 first = u < p
                 j = blk * BLOCK + T.if_then_else(first, u, u - p)
                 # Across sequences the exponent may be large: the caller drops those entries.
-                kj = T.cast(k_s[j, c], accum) * T.exp(T.if_then_else(first, g_lo, g_hi) - gam_s[c, j])
+                kj = T.cast(k_s[j, c], accum) * T.exp2(T.if_then_else(first, g_lo, g_hi) - gam_s[c, j])
                 if delta:
                     acc_a[u] = acc_a[u] + T.if_then_else(first, k_lo, k_hi) * kj
                 acc_m[u] = acc_m[u] + T.if_then_else(first, q_lo, q_hi) * kj
@@ -229,7 +233,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         r = blk * BLOCK
         for i, c in T.Parallel(BLOCK, K):
             own = seg_s[r + i] == seg_s[r]
-            left_s[r + i, c] = T.cast(T.if_then_else(own, T.cast(x_s[r + i, c], accum) * T.exp(gam_s[c, r + i] - gam_s[c, r]),
+            left_s[r + i, c] = T.cast(T.if_then_else(own, T.cast(x_s[r + i, c], accum) * T.exp2(gam_s[c, r + i] - gam_s[c, r]),
                                                      0.0), operand)
 
     @T.macro
@@ -246,7 +250,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             r = blk * BLOCK
             for i, c in T.Parallel(r, K):
                 before = seg_s[i] == seg_s[r]
-                rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * T.exp(gam_s[c, r] - gam_s[c, i]),
+                rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * T.exp2(gam_s[c, r] - gam_s[c, i]),
                                                    0.0), operand)
             if blk > 1:
                 for i, c in T.Parallel(BLOCK, K):
@@ -256,6 +260,29 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 T.gemm(left_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
             fold(q_s, gam_s, seg_s, left_s, blk)
             T.gemm(left_s, rk_s, m_f, transpose_B=True, clear_accum=blk == 1)
+
+    @T.macro
+    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0):
+        """Q_o, K_s and (with the delta rule) K_x into their outputs. Without the delta rule Q_o is
+        formed in place of the q tile and copied out whole (stored one by one, every element took
+        a 64-bit address of its own); KDA's pass, held to 128 registers, ran slower so and stores
+        its three one by one, their factors shared (docs/kda-gated-products.md). K_s is stored one
+        by one either way: its decay's row is read at an index the barrier planner cannot see,
+        which puts a barrier in every step of a loop that writes shared memory."""
+        if delta:
+            for i, c in T.Parallel(C, K):
+                if t0 + i < tokens:
+                    from_start = T.exp2(gam_s[c, i])
+                    qo[hv, t0 + i, c] = scale * rq_n[i] * T.cast(q_s[i, c], accum) * from_start
+                    kx[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * from_start
+                    ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp2(gam_s[c, end_s[i]] - gam_s[c, i])
+        else:
+            for i, c in T.Parallel(C, K):
+                if t0 + i < tokens:
+                    ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp2(gam_s[c, end_s[i]] - gam_s[c, i])
+            for i, c in T.Parallel(C, K):  # one statement: each thread rewrites what it read
+                q_s[i, c] = scale * rq_n[i] * T.cast(q_s[i, c], accum) * T.exp2(gam_s[c, i])
+            T.copy(q_s[0:C, 0:K], qo[hv, t0:t0 + C, :], disable_tma=True)  # a padded tile: no bulk copy
 
     @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, qo, kx, ks, decay, hv, w):
@@ -306,13 +333,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
         # Before the solve, so that its scratch may take the q, k and γ tiles' place.
-        for i, c in T.Parallel(C, K):
-            if t0 + i < tokens:
-                from_start = T.exp(gam_s[c, i])
-                qo[hv, t0 + i, c] = scale * rq_n[i] * T.cast(q_s[i, c], accum) * from_start
-                if delta:
-                    kx[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * from_start
-                ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp(gam_s[c, end_s[i]] - gam_s[c, i])
+        decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0)
         if delta:
             clear(d_s)
             T.sync_threads()  # the merge's barriers count one warpgroup
