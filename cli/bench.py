@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import date
 from pathlib import Path
 from typing import Optional
 
@@ -29,9 +28,17 @@ def timed(rows: list[dict]) -> str:
     return "forward and training step (forward + backward)" if any(train) else "forward"
 
 
+def measured_on(rows: list[dict]) -> str:
+    """The GPU and date the rows were timed on, for titles (rows of an older results.json name
+    neither: their date is unknown and their GPU was the H200)."""
+    devices = sorted({r.get("device", "H200") for r in rows})
+    dates = sorted({r["date"] for r in rows if r.get("date")})
+    return f"{' / '.join(devices)}, bf16" + (f" ({' / '.join(dates)})" if dates else "")
+
+
 def render(rows: list[dict], op: str = "gdn") -> Table:
     """The side-by-side table: ms, throughput, floor, and our speed relative to each peer."""
-    table = Table(title=f"{op.upper()} {timed(rows)}, H200, bf16 ({date.today().isoformat()})")
+    table = Table(title=f"{op.upper()} {timed(rows)}, {measured_on(rows)}")
     for name in ("row", "ours ms", "throughput", "floor ms", "FLA ms", "TileOPs ms", "vs FLA", "vs TileOPs",
                  "first call s"):
         table.add_column(name)
@@ -63,7 +70,7 @@ def plot(rows: list[dict], path: Path, op: str = "gdn") -> None:
     ax.set_ylabel("ms (log)")
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.legend()
-    ax.set_title(f"{op.upper()} {timed(rows)} on H200 (bf16): lower is better")
+    ax.set_title(f"{op.upper()} {timed(rows)}, {measured_on(rows)}: lower is better")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

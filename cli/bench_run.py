@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -153,11 +154,12 @@ def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 
         ours[label] = {"ms": time_cuda(call).median_ms, "first_call_s": first_s}
         print(f"ours {label}: {ours[label]['ms']:.4f} ms", flush=True)
     peers = finish_peers(runs)
+    device, today = torch.cuda.get_device_name(), datetime.date.today().isoformat()
     out = []
     for c, g in rows:
         label = row_label(c, g)
         row = {"label": label, "gates": g, "train": c.entry == "train", "ours_ms": ours[label]["ms"],
-               "first_call_s": ours[label]["first_call_s"],
+               "first_call_s": ours[label]["first_call_s"], "device": device, "date": today,
                "floor_ms": floor_ms(c), "gflop": flops(c) / 1e9, "state_mb": state_bytes(c) / 1e6}
         for p in peers:
             row[f"{p}_ms"] = peers[p].get(label, {}).get("ms")

@@ -73,11 +73,19 @@ def test_a_training_row_counts_forward_and_backward():
 def test_the_title_says_what_the_rows_time():
     from tileops.cli.bench import render
 
-    row = dict(label="r", ours_ms=1.0, gflop=1.0, state_mb=0.0, floor_ms=0.5, first_call_s=0.1)
-    assert render([row], "deltanet").title.startswith("DELTANET forward, H200")
+    row = dict(label="r", ours_ms=1.0, gflop=1.0, state_mb=0.0, floor_ms=0.5, first_call_s=0.1,
+               device="NVIDIA H100 80GB HBM3", date="2026-12-06")
+    assert render([row], "deltanet").title == "DELTANET forward, NVIDIA H100 80GB HBM3, bf16 (2026-12-06)"
     both = render([row, dict(row, train=True)], "deltanet").title
-    assert both.startswith("DELTANET forward and training step (forward + backward), H200")
+    assert both.startswith("DELTANET forward and training step (forward + backward), NVIDIA H100")
     assert render([dict(row, train=True)], "deltanet").title.startswith("DELTANET training step (forward + backward)")
+
+
+def test_rows_of_an_older_results_file_are_titled_with_the_gpu_they_ran_on_and_no_date():
+    from tileops.cli.bench import render
+
+    row = dict(label="r", ours_ms=1.0, gflop=1.0, state_mb=0.0, floor_ms=0.5, first_call_s=0.1)
+    assert render([row], "gdn").title == "GDN forward, H200, bf16"
 
 
 def test_the_training_row_reaches_the_peer_with_its_entry(peer_row):
