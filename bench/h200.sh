@@ -13,6 +13,7 @@
 #   tileops-tune --arch sm90 --op gdn --compile-only --trials 12   # the tuning run's candidates
 #   tileops-db warm --arch sm90                                    # the shipped winners
 #   python bench/tools/compile_gpu_tests.py                              # the GPU tests' prefill builds
+#   python bench/tools/compile_gpu_tests.py --channel-prefill            # KDA's and GLA's (OP=kda|gla)
 #   python bench/studies/gdn_prefill_dev.py --compile                      # the ab step's builds
 #   python bench/studies/exact_pieces.py --compile                         # the exact step's builds
 #   python bench/studies/deltanet_pieces.py --compile; ... --tiles 0 64 --compile  # the pieces step's

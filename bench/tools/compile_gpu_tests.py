@@ -1,9 +1,10 @@
 """Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
 (GDN's and DeltaNet's, the chunked training forward's) and the DeltaNet benchmark rows build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
 
-    python bench/tools/compile_gpu_tests.py [--jobs N] [--ops-only | --gla-backward]
+    python bench/tools/compile_gpu_tests.py [--jobs N] [--ops-only | --gla-backward | --channel-prefill]
 
 ``--gla-backward``: only GLA's chunked backward, its GPU tests' builds and the H16 training row's.
+``--channel-prefill``: only the KDA and GLA prefill GPU tests' builds.
 
 The decode kernels compile in seconds and are left to the GPU machine.
 """
@@ -126,6 +127,43 @@ def gla_backward_jobs() -> list[tuple]:
     return jobs
 
 
+def channel_prefill_jobs() -> list[tuple]:
+    """(kernel, config, spec) of the KDA and GLA prefill GPU tests: each case's inputs drawn on the
+    CPU, the op's own describe(), the spec moved to the GPU, dispatch's choice for it."""
+    from tileops import dispatch
+    from tileops.kernels.registry import get_kernel
+    from tileops.linear_attention import GLAFwdOp, KDAFwdOp
+    from tests.kernels.gla import test_gla_prefill_gpu as gla
+    from tests.kernels.kda import test_kda_prefill_gpu as kda
+
+    calls = []
+    for case in kda.FEATURES + kda.CUT:
+        case = dict(case)
+        case.pop("id")
+        dtype, H, HV, D, lengths = (case.pop(n) for n in ("dtype", "H", "HV", "D", "lengths"))
+        flags = case.pop("flags", {})
+        tensors, h0, cu, a_log, dt_bias = kda.inputs(0, lengths, H, HV, D, dtype, device="cpu", **case)
+        calls.append((KDAFwdOp(**flags), (*tensors, h0, cu, cu, a_log, dt_bias)))
+    for lengths in ((8191,), (30,) * 1000):  # the thousand short sequences and the long one
+        tensors, h0, cu, a_log, dt_bias = kda.inputs(0, lengths, 2, 2, 64, torch.bfloat16, device="cpu")
+        calls.append((KDAFwdOp(), (*tensors, h0, cu, cu, a_log, dt_bias)))
+    for case in gla.FEATURES + gla.CUT:
+        case = dict(case)
+        case.pop("id")
+        dtype, H, D, lengths = case.pop("dtype"), case.pop("H", 2), case.pop("D"), case.pop("lengths")
+        scale = case.pop("scale", None)
+        tensors, h0, cu = gla.inputs(0, lengths, H, D, dtype, device="cpu", **case)
+        calls.append((GLAFwdOp(scale=scale), (*tensors, h0, cu, cu)))
+    jobs = []
+    for op, args in calls:
+        spec, _ = op.describe(*args)
+        spec = replace(spec, device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME)
+        chosen = dispatch.explain_spec(type(op).__name__, None, spec)
+        kernel = get_kernel(chosen.kernel)
+        jobs.append((kernel.name, kernel.validate_config(chosen.config, spec), spec))
+    return jobs
+
+
 def build(job: tuple) -> str:
     from tileops.kernels.registry import get_kernel
 
@@ -139,9 +177,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ops-only", action="store_true", help="only the op-level tests' and benchmark rows' builds")
     parser.add_argument("--gla-backward", action="store_true", help="only GLA's chunked backward's builds")
+    parser.add_argument("--channel-prefill", action="store_true", help="only the KDA and GLA prefill tests' builds")
     args = parser.parse_args()
     if args.gla_backward:
         wanted = gla_backward_jobs()
+    elif args.channel_prefill:
+        wanted = channel_prefill_jobs()
     else:
         wanted = (([] if args.ops_only else [("tl.gdn_prefill", *job) for job in prefill_jobs()]) + op_jobs()
                   + chunk_jobs())

@@ -27,21 +27,21 @@ pytestmark = [
 TOL = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
 
 
-def inputs(seed, lengths, H, D, dtype, *, batch=None, init=True, strength=1.0):
+def inputs(seed, lengths, H, D, dtype, *, batch=None, init=True, strength=1.0, device="cuda"):
     """Packed ``lengths`` (B = 1), or ``batch`` equal sequences of lengths[0]; log decays
     −strength · uniform(0, 1) a token."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=gen, device="cuda")
+        return torch.randn(*shape, generator=gen, device=device)
     B, T = (1, sum(lengths)) if batch is None else (batch, lengths[0])
     q, k, v = F.normalize(randn(B, T, H, D), dim=-1), F.normalize(randn(B, T, H, D), dim=-1), randn(B, T, H, D)
-    g = -strength * torch.rand(B, T, H, D, generator=gen, device="cuda")
+    g = -strength * torch.rand(B, T, H, D, generator=gen, device=device)
     n = B if batch is not None else len(lengths)
     h0 = randn(n, H, D, D) * 0.1 if init else None
     cu = None
     if batch is None:
-        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
     return [x.to(dtype) for x in (q, k, v)] + [g], h0, cu
 
 

@@ -30,35 +30,35 @@ OP_FLAGS = ("use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_
 
 
 def inputs(seed, lengths, H, HV, D, dtype, *, batch=None, init=True, logits=False, gate=None, bias="flat",
-           normed=True, strength=1.0):
+           normed=True, strength=1.0, device="cuda"):
     """Inputs of one call: packed ``lengths`` (B = 1), or ``batch`` equal sequences of lengths[0].
     ``gate``: None for precomputed log decays (−strength · uniform(0, 1) a token, strength 5 being
     KDA's lower bound), else the raw gate for the in-kernel transform with A_log and dt_bias laid
     out as ``bias`` says (flat [HV·K], "grid" [HV, K] or None)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=gen, device="cuda")
+        return torch.randn(*shape, generator=gen, device=device)
     B, T = (1, sum(lengths)) if batch is None else (batch, lengths[0])
     q, k = randn(B, T, H, D), randn(B, T, H, D)
     if normed:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     v = randn(B, T, HV, D)
     if gate is None:
-        g = -strength * torch.rand(B, T, HV, D, generator=gen, device="cuda")
+        g = -strength * torch.rand(B, T, HV, D, generator=gen, device=device)
         a_log = dt_bias = None
     else:
         g = randn(B, T, HV, D)
-        a_log = torch.rand(HV, generator=gen, device="cuda") * 1.5 - 2.0
+        a_log = torch.rand(HV, generator=gen, device=device) * 1.5 - 2.0
         dt_bias = None if bias is None else 0.5 * randn(HV * D)
         if bias == "grid":
             dt_bias = dt_bias.view(HV, D)
-    beta = randn(B, T, HV) if logits else torch.rand(B, T, HV, generator=gen, device="cuda") * 0.8 + 0.1
+    beta = randn(B, T, HV) if logits else torch.rand(B, T, HV, generator=gen, device=device) * 0.8 + 0.1
     n = B if batch is not None else len(lengths)
     h0 = randn(n, HV, D, D) * 0.1 if init else None
     cu = None
     if batch is None:
-        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
     return [x.to(dtype) for x in (q, k, v)] + [g, beta], h0, cu, a_log, dt_bias
 
 
