@@ -110,6 +110,12 @@ def chunk_jobs() -> list[tuple]:
             + [job(chunk_bwd, "DeltaNetChunkBwdOp", "chunk_bwd", c) for c in backward_cases])
 
 
+def on_gpu(op, *args):
+    """The CallSpec of ``op``'s call on CPU tensors ``args`` as the GPU of ARCH would describe it."""
+    spec, _ = op.describe(*args)
+    return replace(spec, device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME)
+
+
 def gla_backward_jobs() -> list[tuple]:
     """(kernel, config, spec) of GLAChunkBwdOp's GPU tests and of its B4×T4096 H16 training row."""
     from tileops.kernels.gla import chunk_bwd
@@ -121,8 +127,7 @@ def gla_backward_jobs() -> list[tuple]:
     for B, T, H, D, dtype, scale in shapes + [(4, 4096, 16, 128, torch.bfloat16, -1.0)]:
         q = torch.zeros(B, T, H, D, dtype=dtype)
         state = torch.zeros(B, T // 64 + 1, H, D, D)
-        spec, _ = GLAChunkBwdOp(scale=scale).describe(q, q, q, q, state, q, None)
-        spec = replace(spec, device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME)
+        spec = on_gpu(GLAChunkBwdOp(scale=scale), q, q, q, q, state, q, None)
         jobs.append((chunk_bwd.KERNEL.name, chunk_bwd.KERNEL.default(spec), spec))
     return jobs
 
@@ -156,8 +161,7 @@ def channel_prefill_jobs() -> list[tuple]:
         calls.append((GLAFwdOp(scale=scale), (*tensors, h0, cu, cu)))
     jobs = []
     for op, args in calls:
-        spec, _ = op.describe(*args)
-        spec = replace(spec, device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME)
+        spec = on_gpu(op, *args)
         chosen = dispatch.explain_spec(type(op).__name__, None, spec)
         kernel = get_kernel(chosen.kernel)
         jobs.append((kernel.name, kernel.validate_config(chosen.config, spec), spec))
