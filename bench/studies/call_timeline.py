@@ -1,7 +1,8 @@
 """Device script: where one op call's time goes, kernel by kernel.
 
     python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark mamba]
-        [--config '{"num_stages": 1}' ...] [--brief]
+        [--config '{"num_stages": 1}' ...] [--dim 64] [--shapes B1xT8192xH16xHV32 ...] [--brief]
+    python bench/studies/call_timeline.py --op gdn --dim 64 --config ... --compile  # builds only, no GPU
     ncu -k regex:NAME --launch-skip 1 --launch-count 1 ... python bench/studies/call_timeline.py --op kda --profile
 
 For each benchmark row of the op under each gate kind (ours: dispatch's choice, or each ``--config``
@@ -20,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 import torch
 
@@ -86,24 +88,23 @@ def kernel_rows(call) -> list[tuple[str, float, float]]:
     return [(e.name[:60], e.time_range.start - first, e.time_range.elapsed_us()) for e in kernels]
 
 
-def configured(op, inputs, changes: dict):
-    """The call of ``op`` on ``inputs`` through the kernel dispatch routes it to, built with that
+def configured(op, spec, changes: dict):
+    """The launcher of the kernel dispatch routes ``op``'s call ``spec`` to, built with that
     kernel's default config for the call changed by ``changes``."""
     from tileops.dispatch.router import route
 
-    spec, arguments = op.describe(*inputs)
     kernel = route(type(op).__name__, op.target, spec).kernel
     if kernel is None:
         raise SystemExit(f"no in-tree kernel serves {spec.op} {spec.mode} on {spec.arch}")
     config = kernel.validate_config({**kernel.default(spec).model_dump(), **changes}, spec)
     print(f"{kernel.name}: {config.model_dump()}", flush=True)
-    launcher = kernel.build(config, spec)
-    return lambda: launcher(*arguments)
+    return kernel.build(config, spec)
 
 
 def main() -> None:
     from tileops.cli.bench import bench_rows
-    from tileops.tuner.cases import make_inputs, make_op
+    from tileops.tuner.cases import make_inputs, make_op, spec_for_arch
+    from tileops.tuner.presets import explicit_case
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--op", default="deltanet")
@@ -112,16 +113,36 @@ def main() -> None:
     parser.add_argument("--config", type=json.loads, action="append", default=[],
                         help="JSON of knobs that replace the kernel default's (one op's rows, not a training "
                              "step); repeat to time several configs on the same inputs")
+    parser.add_argument("--dim", type=int, help="The rows' state width K = V (default: the preset's).")
+    parser.add_argument("--shapes", nargs="+", help="Rows of these shapes (tileops-tune's form, B1xT8192xH16xHV32 "
+                                                   "or varlen16xT32768xH16xHV32), bf16, instead of the preset's.")
+    parser.add_argument("--compile", action="store_true", help="Only build each row's configs for sm90 (no GPU "
+                                                               "needed), into TileLang's cache.")
     parser.add_argument("--brief", action="store_true", help="Leave out the host's profile.")
     parser.add_argument("--profile", action="store_true", help="Only call the first row twice (compile, then the "
                                                                 "call a profiler skips to), and stop.")
     args = parser.parse_args()
-    for case in bench_rows(args.op, args.rows):
+    if args.shapes:
+        rows = [explicit_case(args.op, shape, 128, "bfloat16").on("cuda") for shape in args.shapes]
+    else:
+        rows = bench_rows(args.op, args.rows)
+    for case in rows:
+        case = replace(case, dim=args.dim) if args.dim else case
         op = make_op(case)
+        if args.compile:
+            spec = spec_for_arch(case, "sm90")
+            for changes in args.config or [{}]:
+                configured(op, spec, changes)
+            continue
         for gates in args.gates:
             inputs = make_inputs(case, seed=0, gates=gates)
             for changes in args.config or [None]:
-                call = configured(op, inputs, changes) if changes else lambda: op(*inputs)  # noqa: E731
+                if changes:
+                    spec, arguments = op.describe(*inputs)
+                    launcher = configured(op, spec, changes)
+                    call = lambda: launcher(*arguments)  # noqa: E731
+                else:
+                    call = lambda: op(*inputs)  # noqa: E731
                 call()
                 if args.profile:
                     call()

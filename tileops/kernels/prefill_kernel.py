@@ -212,6 +212,9 @@ def prefill_problem(name: str, spec: CallSpec) -> Optional[str]:
 # kernel over pieces of 32 chunks with paired waits ran B4×T8192 H16 in 0.280 ms against 0.458 for
 # the two-pass key-major chain, and B1×T32768 H16 in 0.370 against 0.975.
 SMALL_EXACT_PIECES = 32
+# GDN at K = V = 64 (2026-12-06, on an H100; docs/benchmarks.md): the fused kernel with paired waits,
+# three input stages and the pieces ``piece_width`` picks for 128-wide states beat the two-pass
+# chain on all 13 rows timed under benchmark, weak and zero gates, in CUDA graphs by 1.3-9.7x.
 
 
 def default(spec: CallSpec, gated: bool = True) -> PrefillConfig:
@@ -222,26 +225,28 @@ def default(spec: CallSpec, gated: bool = True) -> PrefillConfig:
     once they cover half the SMs (prefetching the next chunk while they fit in one wave), else
     key-major: a 64-wide V tile, or 32 when fewer than 64 walks would leave SMs idle, two lean
     CTAs per SM (128 threads, no prefetch) once the tiles fill two waves, else one CTA of 256
-    threads with prefetch. Without a gate a 64-wide state of few long sequences takes the fused
-    kernel over pieces too (the measurements behind each choice are above).
+    threads with prefetch. A 64-wide state takes the fused kernel with paired waits: with a gate
+    every call, cut as above; without one only few long sequences, in pieces of 32 chunks (the
+    measurements behind each choice are above).
     """
     walks = spec.batch * spec.value_heads
     sms = sm_count(spec.device, spec.arch)
     per_sequence = spec.tokens // spec.batch if spec.mode == "varlen" else spec.tokens
     chunks = -(-per_sequence // FUSED_CHUNK)
     width = piece_width(walks, chunks, sms, exact=not gated)
+    # Uncut pieces, one launch: packed calls then run longest first (host offsets), and equal
+    # lengths no longer than a piece walk faster than the whole-sequence program.
+    uncut = spec.mode == "varlen" or chunks <= PIECE_WIDTHS[-1]
+    pieces = width or (PIECE_WIDTHS[-1] if uncut else 0)
     if spec.dim_v == 128 and (walks >= sms or width):
-        # Uncut pieces, one launch: packed calls then run longest first (host offsets), and equal
-        # lengths no longer than a piece walk faster than the whole-sequence program.
-        uncut = spec.mode == "varlen" or chunks <= PIECE_WIDTHS[-1]
-        pieces = width or (PIECE_WIDTHS[-1] if uncut else 0)
         # Three input stages: the first pass of a chunk need not wait for the walk two chunks back.
         config = fused_config(spec.dim_v, walk_moves="tma-output", stages=3, piece_chunks=pieces)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
-    if spec.dim_v == 64 and not gated and width:
-        # A 64-wide state without a gate, few long sequences: pieces of 32 chunks with paired waits.
-        config = fused_config(64, walk_issue="paired", stages=3, piece_chunks=SMALL_EXACT_PIECES)
+    if spec.dim_v == 64 and (gated or width):
+        # A 64-wide state, fused with paired waits: with a gate every call, cut as a 128-wide state
+        # is; without one only few long sequences, in pieces of 32 chunks.
+        config = fused_config(64, walk_issue="paired", stages=3, piece_chunks=pieces if gated else SMALL_EXACT_PIECES)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)

@@ -11,6 +11,7 @@ from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.gdn.prefill import KERNEL
 from tileops.kernels.prefill_kernel import PrefillConfig, default, fused_config
 from tileops.kernels.hardware import SMEM_BYTES
+from tileops.kernels.plans.pieces import PIECE_WIDTHS
 from tileops.kernels.plans.tiles import fused_smem_bytes
 from tileops.kernels.registry import get_kernel
 from tests.kernels.resources import assert_fits_an_sm, launch_smem, needs_nvcc, runtime_dims
@@ -108,12 +109,23 @@ def test_default_fuses_once_every_sm_has_a_walk():
     packed = default(spec(mode="varlen", batch=16))
     assert packed.fused and packed.piece_chunks  # uncut pieces: one launch, longest first
     assert not default(spec(batch=4, tokens=512)).fused
-    assert not default(spec(batch=64, dim=64, heads=2, value_heads=4)).fused  # measured at 128 only
     call = spec(batch=8)
     for stages in (2, 3):
         for moves in ("elementwise", "tma-output"):
             get_kernel("tl.gdn_prefill").validate_config(fused_config(128, walk_moves=moves, stages=stages), call)
             assert fused_smem_bytes(128, 2, stages, moves) <= SMEM_BYTES
+
+
+@pytest.mark.parametrize("call", [dict(batch=1, tokens=32768), dict(batch=4, tokens=8192, value_heads=16),
+                                  dict(batch=8, tokens=4096), dict(batch=8, tokens=16384), dict(batch=1, tokens=512),
+                                  dict(mode="varlen", batch=16)])
+def test_a_64_wide_state_is_fused_every_call_and_cut_as_a_128_wide_one(call):
+    # At K = V = 64 the two-pass chain lost every row timed to the fused kernel with paired waits
+    # and the pieces chosen as for 128-wide states (docs/benchmarks.md, 2026-12-06).
+    narrow, wide = default(spec(dim=64, **call)), default(spec(**call))
+    assert narrow.fused and narrow.walk_issue == "paired" and narrow.num_stages == 3
+    assert narrow.piece_chunks == (wide.piece_chunks if wide.fused else PIECE_WIDTHS[-1])
+    get_kernel("tl.gdn_prefill").validate_config(narrow, spec(dim=64, **call))
 
 
 @pytest.mark.parametrize("config, dim, words", [
@@ -233,14 +245,15 @@ def test_value_major_chain_with_paired_waits_compiles_within_the_sms_budgets():
 
 
 @needs_nvcc
-def test_pieces_compile_with_their_warm_start_and_exact_schedule():
+@pytest.mark.parametrize("dim", [128, 64])
+def test_pieces_compile_with_their_warm_start_and_exact_schedule(dim):
     from tileops.kernels.launch.chunked import PrefillLauncher
 
-    call = spec(batch=1, tokens=32768)
+    call = spec(batch=1, tokens=32768, dim=dim)
     config = default(call)
     assert config.fused and config.piece_chunks  # one long sequence is cut into pieces
     launcher = PrefillLauncher(config, call)
-    for program in (launcher.warm_start, launcher.summary, launcher.piece_entries):
+    for program in (launcher.warm_start, launcher.summary, launcher.piece_entries, launcher.fused):
         assert runtime_dims(program)  # lengths, pieces and jobs are run-time values
         assert_fits_an_sm(program, launch_smem(program))
     whole = PrefillLauncher(fused_config(128), spec(batch=8))
