@@ -214,7 +214,8 @@ def prefill_problem(name: str, spec: CallSpec) -> Optional[str]:
 SMALL_EXACT_PIECES = 32
 # GDN at K = V = 64 (2026-12-06, on an H100; docs/benchmarks.md): the fused kernel with paired waits,
 # three input stages and the pieces ``piece_width`` picks for 128-wide states beat the two-pass
-# chain on all 13 rows timed under benchmark, weak and zero gates, in CUDA graphs by 1.3-9.7x.
+# chain on all 13 rows timed under benchmark, weak and zero gates, in CUDA graphs by 1.3-9.7x;
+# DeltaNet's many or short sequences at K = 64 walked uncut (or whole) by 2.6-3.1x.
 
 
 def default(spec: CallSpec, gated: bool = True) -> PrefillConfig:
@@ -225,8 +226,8 @@ def default(spec: CallSpec, gated: bool = True) -> PrefillConfig:
     once they cover half the SMs (prefetching the next chunk while they fit in one wave), else
     key-major: a 64-wide V tile, or 32 when fewer than 64 walks would leave SMs idle, two lean
     CTAs per SM (128 threads, no prefetch) once the tiles fill two waves, else one CTA of 256
-    threads with prefetch. A 64-wide state takes the fused kernel with paired waits: with a gate
-    every call, cut as above; without one only few long sequences, in pieces of 32 chunks (the
+    threads with prefetch. A 64-wide state takes the fused kernel with paired waits for every
+    call, cut as above, but without a gate few long sequences go in pieces of 32 chunks (the
     measurements behind each choice are above).
     """
     walks = spec.batch * spec.value_heads
@@ -243,10 +244,11 @@ def default(spec: CallSpec, gated: bool = True) -> PrefillConfig:
         config = fused_config(spec.dim_v, walk_moves="tma-output", stages=3, piece_chunks=pieces)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
-    if spec.dim_v == 64 and (gated or width):
-        # A 64-wide state, fused with paired waits: with a gate every call, cut as a 128-wide state
-        # is; without one only few long sequences, in pieces of 32 chunks.
-        config = fused_config(64, walk_issue="paired", stages=3, piece_chunks=pieces if gated else SMALL_EXACT_PIECES)
+    if spec.dim_v == 64:
+        # A 64-wide state, fused with paired waits: cut as a 128-wide state is, but without a gate
+        # few long sequences go in pieces of 32 chunks.
+        cut = SMALL_EXACT_PIECES if width and not gated else pieces
+        config = fused_config(64, walk_issue="paired", stages=3, piece_chunks=cut)
         if tile_problem(config, spec.dim_k, spec.dim_v, spec.dtype.itemsize) is None:
             return config
     tiles = walks * (spec.dim_v // 64)

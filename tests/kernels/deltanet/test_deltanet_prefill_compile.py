@@ -117,12 +117,16 @@ def test_summaries_that_would_leave_sms_idle_walk_half_the_value_rows_a_cta():
     whole = PrefillLauncher(KERNEL.default(long), long, gated=False).summary
     assert block_threads(whole) == 384
 
-def test_a_64_wide_state_of_few_long_sequences_takes_the_fused_pieces():
+def test_a_64_wide_state_takes_the_fused_kernel_and_few_long_sequences_its_pieces():
     # Measured on the H200: 1.6x (B4×T8192) and 2.6x (B1×T32768) ahead of the two-pass chain.
     for case in (Case("deltanet", 4, 8192, 16, 16, 64), Case("deltanet", 1, 32768, 16, 16, 64, "float16")):
         config = KERNEL.default(h200(case))
         assert (config.fused, config.piece_chunks, config.walk_issue, config.block_v) == (True, 32, "paired", 64)
         assert "exact entry state" in KERNEL.plan(config, h200(case))
+    # Many sequences are walked uncut (2.6-3.1x ahead of the two passes on an H100, 2026-12-06).
+    for case in (Case("deltanet", 16, 4096, 16, 16, 64), Case("deltanet", 8, 16384, 16, 16, 64)):
+        config = KERNEL.default(h200(case))
+        assert (config.fused, config.walk_issue, config.piece_chunks) == (True, "paired", 128 if case.tokens <= 8192 else 0)
     # With a gate the pieces are cut as for a 128-wide state (warm-ups reach a few chunks back).
     gated = get_kernel("tl.gdn_prefill").default(h200(Case("gdn", 1, 32768, 16, 32, 64)))
     assert (gated.fused, gated.piece_chunks, gated.walk_issue) == (True, 128, "paired")

@@ -29,6 +29,7 @@ CASES = [
     Case("deltanet", 1, 0, 2, 4, 128, device="cuda", seqlens=(1, 64, 200, 3, 130)),
     Case("deltanet", 1, 0, 4, 4, 64, "float16", device="cuda", seqlens=(77, 1, 640, 129)),
     Case("deltanet", 1, 0, 2, 2, 128, device="cuda", seqlens=_SHORT),
+    Case("deltanet", 34, 8200, 2, 4, 64, device="cuda"),  # 136 walks of 129 chunks: walked whole, fused
     # Few long sequences: cut into pieces, every piece after a sequence's first from its exact entry.
     Case("deltanet", 1, 32768, 4, 4, 128, device="cuda"),
     Case("deltanet", 2, 9000, 2, 4, 64, "float16", device="cuda"),
