@@ -22,6 +22,9 @@ each block (I, J) takes its own reference:
 - "ref first, fp16": as "ref first, bf16" with fp16 operands (every factor ≤ 1: no overflow).
 - "ref first, fp16; diagonal ref middle, tf32": every block on the tensor cores; the diagonal
   blocks folded about their middle row with tf32 operands (fp32's range holds e^{±40}).
+- "ref first, fp16; diagonal ref middle, bf16 x 2" (the kernel's, ``blocks.channel_pairs``): the
+  diagonal blocks folded about their middle row, each operand in bf16 as its rounding and the
+  rest, three products (hi·hi + hi·lo + lo·hi).
 
 The elementwise diagonal blocks cost an exponential per (i, j, channel): 4 · 16 · 16 · 128 a chunk
 and operand, about 0.5 ms of the SFUs for KDA's B4×T8192 H32. A folded block costs two per (row,
@@ -94,6 +97,18 @@ def folded(x, k, gamma, rows, cols, ref, bits) -> np.ndarray:
         return (rounded(xs, bits) @ rounded(ks, bits).T).astype(np.float32)
 
 
+def folded_split(x, k, gamma, rows, cols, ref) -> np.ndarray:
+    """As ``folded``, each operand in bf16 as two parts (its rounding, then the rest rounded), the
+    three products hi·hi + hi·lo + lo·hi accumulated in fp32."""
+    with np.errstate(over="ignore"):
+        xs = (x[rows] * np.exp(gamma[rows] - gamma[ref])).astype(np.float32)
+        ks = (k[cols] * np.exp(gamma[ref] - gamma[cols])).astype(np.float32)
+    x_hi, k_hi = rounded(xs, BF16), rounded(ks, BF16)
+    x_lo, k_lo = rounded(xs - x_hi, BF16), rounded(ks - k_hi, BF16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (x_hi @ k_hi.T + x_hi @ k_lo.T + x_lo @ k_hi.T).astype(np.float32)
+
+
 def form(diagonal: str, bits: int, ref_offset: int, diagonal_bits: int = None):
     """A way to form the whole C × C product: blocks (I, J), I ≥ J, off-diagonal ones folded about
     row I·B + ``ref_offset`` with ``bits``-bit operands; diagonal ones elementwise in fp32, or
@@ -109,6 +124,8 @@ def form(diagonal: str, bits: int, ref_offset: int, diagonal_bits: int = None):
                 cols = slice(j * B, j * B + B)
                 if i == j and diagonal == "elementwise":
                     out[rows, cols] = elementwise_fp32(x, k, gamma, rows, cols)
+                elif i == j and diagonal == "split":
+                    out[rows, cols] = folded_split(x, k, gamma, rows, cols, i * B + B // 2)
                 elif i == j:
                     out[rows, cols] = folded(x, k, gamma, rows, cols, i * B + B // 2, diagonal_bits)
                 else:
@@ -123,6 +140,7 @@ FORMS = {
     "ref middle, bf16, all blocks": form("folded", BF16, B // 2),
     "ref first, fp16; diagonal fp32": form("elementwise", FP16, 0),
     "ref first, fp16; diagonal ref middle, tf32": form("folded", FP16, 0, TF32),
+    "ref first, fp16; diagonal ref middle, bf16 x 2": form("split", FP16, 0),
 }
 KINDS = ("strong", "strongest", "mamba", "weak", "agreeing keys")
 

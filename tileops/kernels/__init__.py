@@ -6,7 +6,8 @@ Layout (the shared layer never imports a family; families import only the shared
   warp and warpgroup sizes, the compile target
 - ``blocks/``: device building blocks by role: ``transforms`` (input transforms), ``kkt``,
   ``solve_tril`` + ``wy_merge`` (the WY solve), ``wy_registers`` (chunk gates / cumsum, decays
-  and the WY inverse on registers), ``chunk_h`` (the state walk, outputs included),
+  and the WY inverse on registers), ``channel_pairs`` (the in-block pairs under one decay per key
+  channel), ``chunk_h`` (the state walk, outputs included),
   ``walk_moves``, ``chunk_loads``, ``state_io`` and ``entry`` (one kernel entry for equal-length,
   packed and pieces calls)
 - ``programs/``: whole programs composed from the blocks (``chunk_prep``, ``chain_key``,

@@ -2,21 +2,24 @@
 KDA's with the delta rule, GLA's without: ``beta`` None) in PyTorch,
 step for step: the packed token axis cut into 64-token windows, each window's segments (one per
 sequence it touches, γ restarting at each), the 16-row blocks met about their first rows, the
-pairs inside a block one by one, the WY solve, the decayed keys and queries and the segments'
+pairs inside a block about its middle row (one by one where the decays leave that form's range),
+the WY solve, the decayed keys and queries and the segments'
 decay rows; then each sequence's walk over its windows with the columns outside it masked and
 the decay row its segment reads.
 
 ``rounding`` (a 16-bit dtype, or None for exact float64) rounds what the GPU rounds: the
-off-diagonal operands to fp16, the first pass's outputs to the token dtype, and the walk's 16-bit
+off-diagonal operands to fp16, the in-block operands to two bf16 parts each, the first pass's outputs to the token dtype, and the walk's 16-bit
 operands (its copy of Sᵀ, Xᵀ and Δᵀ). Products accumulate in float64 either way.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
+from tileops.kernels.blocks.channel_pairs import LIMIT as PAIRS_LIMIT
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
 
 F64 = torch.float64
@@ -26,6 +29,38 @@ BLOCK = 16
 
 def rounded(x: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
     return x if dtype is None else x.to(dtype).to(F64)
+
+
+def split_bf16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x in fp32 as two bf16 parts: its rounding and the rest, rounded."""
+    x = x.to(torch.float32)
+    hi = x.to(torch.bfloat16)
+    return hi.to(F64), (x - hi.to(torch.float32)).to(torch.bfloat16).to(F64)
+
+
+def block_pairs(x: torch.Tensor, k: torch.Tensor, gamma: torch.Tensor, rounding) -> torch.Tensor:
+    """Σ_c x_ic k_jc e^{γ_ic − γ_jc} over one 16-row block [heads, 16, K] (the caller keeps j ≤ i of
+    one sequence), as ``blocks.channel_pairs`` forms it: for each half of the channels, folded
+    about the block's middle row, with ``rounding`` each operand in two bf16 parts and three
+    products, while every |γ_i − γ_m| of that half stays within LIMIT (base 2); one by one (exact)
+    otherwise."""
+    heads, rows, dim = x.shape
+    pair_decay = (gamma[:, :, None, :] - gamma[:, None, :, :]).exp()
+    pairs = torch.einsum("hic,hjc,hijc->hijc", x, k, pair_decay)
+    out = torch.zeros(heads, rows, rows, dtype=F64)
+    offset = gamma - gamma[:, rows // 2:rows // 2 + 1]
+    for half in (slice(0, dim // 2), slice(dim // 2, dim)):
+        exact = pairs[..., half].sum(-1)
+        up, down = offset[..., half].exp(), (-offset[..., half]).exp()
+        left, right = x[..., half] * up, k[..., half] * down
+        if rounding is None:
+            folded = left @ right.mT
+        else:
+            (l_hi, l_lo), (r_hi, r_lo) = split_bf16(left), split_bf16(right)
+            folded = l_hi @ r_hi.mT + l_hi @ r_lo.mT + l_lo @ r_hi.mT
+        inside = offset[..., half].abs().amax(dim=(1, 2)) <= PAIRS_LIMIT * math.log(2)
+        out += torch.where(inside[:, None, None], folded, exact)
+    return torch.where(torch.ones(rows, rows, dtype=torch.bool).tril(), out, 0.0)
 
 
 def sequence_of(bounds: list[int], tokens: int) -> torch.Tensor:
@@ -85,12 +120,10 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
             rk = rounded(torch.where(before, kw * up, 0.0), rounding and torch.float16)
             a_sum += lk @ rk.mT
             m_sum += lq @ rk.mT
-        inner = rows[:, None] // BLOCK == rows[None, :] // BLOCK
-        pair_decay = (gamma[:, :, None, :] - gamma[:, None, :, :]).exp()
-        pair_decay = torch.where(inner[None, :, :, None] & (rows[:, None] >= rows[None, :])[None, :, :, None],
-                                 pair_decay, 0.0)
-        a_sum += torch.einsum("hic,hjc,hijc->hij", kw, kw, pair_decay)
-        m_sum += torch.einsum("hic,hjc,hijc->hij", qw, kw, pair_decay)
+        for blk in range(C // BLOCK):
+            inside = slice(blk * BLOCK, blk * BLOCK + BLOCK)
+            a_sum[:, inside, inside] += block_pairs(kw[:, inside], kw[:, inside], gamma[:, inside], rounding)
+            m_sum[:, inside, inside] += block_pairs(qw[:, inside], kw[:, inside], gamma[:, inside], rounding)
         a = torch.where(same & (rows[None, :] < rows[:, None]), bw[:, :, None] * a_sum, 0.0)
         mm = torch.where(same & (rows[None, :] <= rows[:, None]), scale * m_sum, 0.0)
         eye = torch.eye(C, dtype=F64)

@@ -17,31 +17,41 @@ Without the delta rule (GLA: no β, no A, no solve) it writes M, Q_o, K_s and th
 The gated products (docs/kda-gated-products.md): the 16-row blocks I > 0 meet the rows before
 them through one tensor-core product each, of K ⊙ e^{γ − γ_r} (block I's rows, r its first) and
 K ⊙ e^{γ_r − γ} (the rows before r), every factor at most 1, in fp16; a factor whose row lies in
-another sequence than r is zero, so no pair crosses a sequence. Inside a block the pairs are
-formed one by one in fp32, the lower triangle only, exact whatever the decays (a reference inside
-the block would bound its factors only under a bounded gate).
+another sequence than r is zero, so no pair crosses a sequence. Inside a block the pairs take the
+tensor cores about the block's middle row, each operand in two bf16 parts, or, where the decays
+leave that form's range, are formed one by one in fp32 (``blocks.channel_pairs``).
 """
 
 import math
 
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
+from tileops.kernels.blocks.channel_pairs import SOURCE as PAIRS_SOURCE
+from tileops.kernels.blocks.channel_pairs import block_pairs
 from tileops.kernels.blocks.entry import Sequences, kernel_entry
 from tileops.kernels.blocks.solve_tril import upper_clear, wy_solve
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR, channel_gate_transform, row_rnorm
-from tileops.kernels.blocks.wy_merge import BLOCK, SCRATCH_LD, SOURCE
+from tileops.kernels.blocks.wy_merge import BLOCK, HALF_TYPES, SCRATCH_LD, SOURCE
 from tileops.kernels.hardware import WARP, WARPGROUP
 from tileops.kernels.plans.tiles import PAD, ROW_PAD
 
-SLOTS = BLOCK - 1  # the pairs below the diagonal of a block's rows p and 15 − p, formed by one thread
-QUARTERS = 4  # threads sharing those rows, a quarter of the channels each
-SKEW = 8  # the quarters walk their channels from offsets SKEW apart, so that a warp's loads of γ
-# and k meet few bank conflicts (1.4 ways on average, against 3.5 with interleaved channels)
 ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
 # that a warp reads in one channel in 16 banks
 LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
+VEC = 8  # elements a thread forms and stores in one go: 16 bytes of the 16-bit operands
+ROWS_A_WARP = 8  # rows a warp's lanes take in those loops, 4 channel groups each: their reads of γ fall in 32 banks
+STORE8 = r"""
+namespace tileops_gdn {
+// Eight fp32 values rounded to the 16-bit type H, as one 16-byte store (dst 16-byte aligned).
+template <typename H> __device__ __forceinline__ void store8(void* dst, const float* v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(pack2<H>(v[0], v[1])),
+               "r"(pack2<H>(v[2], v[3])), "r"(pack2<H>(v[4], v[5])), "r"(pack2<H>(v[6], v[7])) : "memory");
+}
+}  // namespace tileops_gdn
+"""
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
+THREADS = HALVES * WARPGROUP
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
@@ -60,8 +70,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     assert C == 4 * BLOCK and K <= WARPGROUP, "four 16-row blocks a chunk; a thread per key channel"
-    assert QUARTERS * BLOCK // 2 == WARP and C // BLOCK * WARP == WARPGROUP, "a warp a block, a lane a quarter row pair"
-    span = K // QUARTERS // HALVES  # the channels of one thread's pairs
+    assert C // BLOCK * WARP * HALVES == HALVES * WARPGROUP, "a warp a block and half of the channels"
     group = HV // H
     accum, operand = "float32", "float16"
     tokens = T.dynamic("tokens")
@@ -84,6 +93,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     rnorm = row_rnorm(C, K)
     solve = wy_solve(C, dtype)
     clear = upper_clear(C)
+    pairs = block_pairs(C, K, delta)
 
     @T.macro
     def rows(g, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx):
@@ -148,76 +158,6 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             decay[hv, w, tx] = T.exp2(gam_s[tx, T.min(tokens - w * C, C) - 1])
 
     @T.macro
-    def store_pairs(acc_a, acc_m, a_s, d_s, lo, hi, blk, p, quarter, mirror):
-        """A thread's pair sums into ``a_s`` and ``d_s``; where ``mirror`` holds, at (j, i) instead of
-        (i, j) (the diagonal blocks' upper triangles, which hold nothing) and the diagonal into the
-        padding column C (an expression: both warpgroups store in one flow, the barriers TileLang
-        places between the stores reach every thread)."""
-        for u in T.unroll(SLOTS, explicit=True):
-            if u % QUARTERS == quarter:
-                first = u < p
-                i = T.if_then_else(first, lo, hi)
-                j = blk * BLOCK + T.if_then_else(first, u, u - p)
-                i, j = T.if_then_else(mirror, j, i), T.if_then_else(mirror, i, j)
-                if delta:
-                    a_s[i, j] = acc_a[u]
-                d_s[i, j] = acc_m[u]
-        if quarter == 0:
-            d_s[lo, T.if_then_else(mirror, C, lo)] = acc_m[SLOTS]
-            d_s[hi, T.if_then_else(mirror, C, hi)] = acc_m[SLOTS + 1]
-
-    @T.macro
-    def block_pairs(q_s, k_s, gam_s, a_s, d_s, tx):
-        """The pairs inside each 16-row block, one by one in fp32, the lower triangle only:
-        Σ_c k_ic k_jc e^{γ_ic − γ_jc} into ``a_s`` (j < i) and Σ_c q_ic k_jc e^{γ_ic − γ_jc} into
-        ``d_s`` (j ≤ i; the caller keeps the pairs of one sequence). Rows p and 15 − p of a block
-        hold p + (15 − p) pairs below the diagonal, so every thread forms the same SLOTS of them,
-        over a quarter of the channels; shuffles sum the quarters. A warp takes one block, its
-        lanes the eight row pairs times the four quarters; with two warpgroups, each takes every
-        block over half the channels, and the second stores its sums mirrored (``store_pairs``)."""
-        acc_a = T.alloc_local([SLOTS], accum)
-        acc_m = T.alloc_local([SLOTS + 2], accum)  # and the two rows' diagonal entries
-        quarter = tx % QUARTERS
-        half = tx // WARPGROUP
-        blk = tx % WARPGROUP // WARP
-        p = tx % WARP // QUARTERS
-        lo = blk * BLOCK + p
-        hi = blk * BLOCK + BLOCK - 1 - p
-        for u in T.unroll(SLOTS + 2, explicit=True):
-            acc_m[u] = 0.0
-        if delta:
-            for u in T.unroll(SLOTS, explicit=True):
-                acc_a[u] = 0.0
-        for m in T.serial(span):
-            # quarter q takes channels q · span on in its half: a lane's bank stays q · span + m + row
-            c = half * (K // 2) + quarter * span + (m + SKEW * (quarter // 2)) % span
-            g_lo = gam_s[c, lo]
-            g_hi = gam_s[c, hi]
-            k_lo = T.cast(k_s[lo, c], accum)
-            k_hi = T.cast(k_s[hi, c], accum)
-            q_lo = T.cast(q_s[lo, c], accum)
-            q_hi = T.cast(q_s[hi, c], accum)
-            acc_m[SLOTS] = acc_m[SLOTS] + q_lo * k_lo
-            acc_m[SLOTS + 1] = acc_m[SLOTS + 1] + q_hi * k_hi
-            for u in T.unroll(SLOTS, explicit=True):  # slot u: row lo's column u, or row hi's column u − p
-                first = u < p
-                j = blk * BLOCK + T.if_then_else(first, u, u - p)
-                # Across sequences the exponent may be large: the caller drops those entries.
-                kj = T.cast(k_s[j, c], accum) * T.exp2(T.if_then_else(first, g_lo, g_hi) - gam_s[c, j])
-                if delta:
-                    acc_a[u] = acc_a[u] + T.if_then_else(first, k_lo, k_hi) * kj
-                acc_m[u] = acc_m[u] + T.if_then_else(first, q_lo, q_hi) * kj
-        for u in T.unroll(SLOTS + 2, explicit=True):
-            for d in T.unroll(2, explicit=True):
-                acc_m[u] = acc_m[u] + T.shfl_xor(acc_m[u], 1 << d)
-        if delta:
-            for u in T.unroll(SLOTS, explicit=True):
-                for d in T.unroll(2, explicit=True):
-                    acc_a[u] = acc_a[u] + T.shfl_xor(acc_a[u], 1 << d)
-        # the second half's sums mirrored, for the caller to add (``both_halves``)
-        store_pairs(acc_a, acc_m, a_s, d_s, lo, hi, blk, p, quarter, half == 1)
-
-    @T.macro
     def both_halves(a_s, d_s, a_f, m_f):
         """Both warpgroups' pair sums of the diagonal blocks onto the products, all read before the
         caller overwrites ``a_s`` and ``d_s`` (an entry and its mirror belong to different threads)."""
@@ -228,16 +168,38 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 m_f[i, j] = m_f[i, j] + d_s[i, j] + T.if_then_else(i == j, d_s[i, C], d_s[j, i])
 
     @T.macro
-    def fold(x_s, gam_s, seg_s, left_s, blk):
-        """Block ``blk``'s rows of x (of r's sequence) times e^{γ − γ_r} into its rows of ``left_s``."""
-        r = blk * BLOCK
-        for i, c in T.Parallel(BLOCK, K):
-            own = seg_s[r + i] == seg_s[r]
-            left_s[r + i, c] = T.cast(T.if_then_else(own, T.cast(x_s[r + i, c], accum) * T.exp2(gam_s[c, r + i] - gam_s[c, r]),
-                                                     0.0), operand)
+    def scaled_rows(dst_s, x_s, gam_s, seg_s, first, rows, r, after, tx):
+        """Rows first .. first + rows − 1 of x (those of r's sequence) times e^{γ − γ_r} (``after``:
+        rows after r) or e^{γ_r − γ} (rows before r) into the same rows of ``dst_s``, in fp16. A
+        thread takes 8 channels of a row, so that it reads γ_r once and stores 16 bytes; a warp's
+        lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
+        VGROUPS = K // VEC
+        lane_rows = tx % ROWS_A_WARP
+        group = tx % WARP // ROWS_A_WARP + (WARP // ROWS_A_WARP) * (tx // WARP % (VGROUPS * ROWS_A_WARP // WARP))
+        c0 = group * VEC
+        g_r = T.alloc_local([VEC], accum)
+        x_l = T.alloc_local([VEC], accum)
+        for v in T.unroll(VEC, explicit=True):
+            g_r[v] = gam_s[c0 + v, r]
+        seg_r = seg_s[r]
+        for it in T.serial(T.ceildiv(rows * VGROUPS, THREADS)):
+            item = it * THREADS + tx
+            if item < rows * VGROUPS:  # at K = 64 a pass takes 32 rows, more than a block holds
+                i = first + item // (VGROUPS * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
+                own = seg_s[i] == seg_r
+                for v in T.unroll(VEC, explicit=True):
+                    g_i = gam_s[c0 + v, i]
+                    x_l[v] = T.if_then_else(own, T.cast(x_s[i, c0 + v], accum) * T.exp2(T.if_then_else(after, g_i - g_r[v], g_r[v] - g_i)), 0.0)
+                for v in T.vectorized(VEC):
+                    dst_s[i, c0 + v] = T.cast(x_l[v], operand)
 
     @T.macro
-    def earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f):
+    def fold(x_s, gam_s, seg_s, left_s, blk, tx):
+        """Block ``blk``'s rows of x (of r's sequence) times e^{γ − γ_r} into its rows of ``left_s``."""
+        scaled_rows(left_s, x_s, gam_s, seg_s, blk * BLOCK, BLOCK, blk * BLOCK, True, tx)
+
+    @T.macro
+    def earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f, tx):
         """Each block's rows against the rows before it, about its first row: K Kᵀ into ``a_f``
         and Q Kᵀ into ``m_f`` (zero on and above the diagonal blocks). One left operand tile
         serves K's product, then Q's; each factor is formed only where it is kept, where it is at
@@ -248,41 +210,46 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         T.clear(rk_s)
         for blk in range(1, C // BLOCK):  # traced once per block: r and the first product's clear are constants
             r = blk * BLOCK
-            for i, c in T.Parallel(r, K):
-                before = seg_s[i] == seg_s[r]
-                rk_s[i, c] = T.cast(T.if_then_else(before, T.cast(k_s[i, c], accum) * T.exp2(gam_s[c, r] - gam_s[c, i]),
-                                                   0.0), operand)
+            scaled_rows(rk_s, k_s, gam_s, seg_s, 0, r, r, False, tx)
             if blk > 1:
                 for i, c in T.Parallel(BLOCK, K):
                     left_s[r - BLOCK + i, c] = T.cast(0.0, operand)
             if delta:
-                fold(k_s, gam_s, seg_s, left_s, blk)
+                fold(k_s, gam_s, seg_s, left_s, blk, tx)
                 T.gemm(left_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
-            fold(q_s, gam_s, seg_s, left_s, blk)
+            fold(q_s, gam_s, seg_s, left_s, blk, tx)
             T.gemm(left_s, rk_s, m_f, transpose_B=True, clear_accum=blk == 1)
 
     @T.macro
-    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0):
-        """Q_o, K_s and (with the delta rule) K_x into their outputs. Without the delta rule Q_o is
-        formed in place of the q tile and copied out whole (stored one by one, every element took
-        a 64-bit address of its own); KDA's pass, held to 128 registers, ran slower so and stores
-        its three one by one, their factors shared (docs/kda-gated-products.md). K_s is stored one
-        by one either way: its decay's row is read at an index the barrier planner cannot see,
-        which puts a barrier in every step of a loop that writes shared memory."""
-        if delta:
-            for i, c in T.Parallel(C, K):
-                if t0 + i < tokens:
-                    from_start = T.exp2(gam_s[c, i])
-                    qo[hv, t0 + i, c] = scale * rq_n[i] * T.cast(q_s[i, c], accum) * from_start
-                    kx[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * from_start
-                    ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp2(gam_s[c, end_s[i]] - gam_s[c, i])
-        else:
-            for i, c in T.Parallel(C, K):
-                if t0 + i < tokens:
-                    ks[hv, t0 + i, c] = rk_n[i] * T.cast(k_s[i, c], accum) * T.exp2(gam_s[c, end_s[i]] - gam_s[c, i])
-            for i, c in T.Parallel(C, K):  # one statement: each thread rewrites what it read
-                q_s[i, c] = scale * rq_n[i] * T.cast(q_s[i, c], accum) * T.exp2(gam_s[c, i])
-            T.copy(q_s[0:C, 0:K], qo[hv, t0:t0 + C, :], disable_tma=True)  # a padded tile: no bulk copy
+    def store8(out, values, hv, t, c0):
+        """VEC fp32 values, rounded to the token dtype, into out[hv, t, c0:c0 + VEC] with one store."""
+        T.call_extern("handle", f"tileops_gdn::store8<{HALF_TYPES[dtype]}>", T.address_of(out[hv, t, c0]), values.data)
+
+    @T.macro
+    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx):
+        """Q_o, K_s and (with the delta rule) K_x into their outputs: a thread forms VEC channels of
+        a row, their factors shared, and stores each output's 16 bytes at once (element by element,
+        every store took a 64-bit address of its own: a fifth of the pass's instructions)."""
+        q_l = T.alloc_local([VEC], accum)
+        kx_l = T.alloc_local([VEC], accum)
+        ks_l = T.alloc_local([VEC], accum)
+        i = tx // WARP * ROWS_A_WARP + tx % ROWS_A_WARP
+        for it in T.serial(C * K // VEC // THREADS):
+            c0 = (it * (WARP // ROWS_A_WARP) + tx % WARP // ROWS_A_WARP) * VEC
+            if t0 + i < tokens:
+                end = end_s[i]
+                for v in T.unroll(VEC, explicit=True):
+                    g_i = gam_s[c0 + v, i]
+                    from_start = T.exp2(g_i)
+                    key = rk_n[i] * T.cast(k_s[i, c0 + v], accum)
+                    q_l[v] = scale * rq_n[i] * T.cast(q_s[i, c0 + v], accum) * from_start
+                    if delta:
+                        kx_l[v] = key * from_start
+                    ks_l[v] = key * T.exp2(gam_s[c0 + v, end] - g_i)
+                store8(qo, q_l, hv, t0 + i, c0)
+                if delta:
+                    store8(kx, kx_l, hv, t0 + i, c0)
+                store8(ks, ks_l, hv, t0 + i, c0)
 
     @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, qo, kx, ks, decay, hv, w):
@@ -321,8 +288,10 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 rk_n[i] = 1.0
                 rq_n[i] = 1.0
         scan(gam_s, beg_s, last_s, decay, hv, w, tx)
-        earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f)
-        block_pairs(q_s, k_s, gam_s, a_s, d_s, tx)
+        earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f, tx)
+        T.sync_threads()
+        pairs(q_s, k_s, gam_s, a_s if delta else d_s, d_s, tx)
+        T.sync_threads()
         both_halves(a_s, d_s, a_f, m_f)
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
@@ -333,7 +302,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
         # Before the solve, so that its scratch may take the q, k and γ tiles' place.
-        decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0)
+        decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx)
         if delta:
             clear(d_s)
             T.sync_threads()  # the merge's barriers count one warpgroup
@@ -346,7 +315,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
 
     @T.macro
     def grid(q, k, g, beta, a_log, dt_bias, tp, m_out, qo, kx, ks, decay, seqs):
-        with T.Kernel(HV, T.ceildiv(tokens, C), threads=HALVES * WARPGROUP, prelude=SOURCE) as (hv, w):
+        with T.Kernel(HV, T.ceildiv(tokens, C), threads=THREADS, prelude=SOURCE + PAIRS_SOURCE + STORE8) as (hv, w):
             T.annotate_min_blocks_per_sm(2)  # at most 128 registers a thread
             solve_window(q, k, g, beta, a_log, dt_bias, seqs.bounds, tp, m_out, qo, kx, ks, decay, hv, w)
 
