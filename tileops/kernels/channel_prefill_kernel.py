@@ -44,11 +44,13 @@ class ChannelPrefillConfig(TiledConfig):
         return None
 
 
-def default(spec: CallSpec) -> ChannelPrefillConfig:
-    """64-row tiles, prefetching the next chunk while they fit in one wave (the value-major rule
-    the GDN chain measured)."""
-    tiles = spec.batch * spec.value_heads * (spec.dim_v // 64)
-    return ChannelPrefillConfig(num_stages=2 if tiles <= sm_count(spec.device, spec.arch) else 1)
+def default(spec: CallSpec, delta: Optional[bool] = None) -> ChannelPrefillConfig:
+    """64-row tiles prefetching the next chunk (two stages), or one stage where a prefill (``delta``
+    given: whether it has the delta rule) cuts its sequences into pieces: on an H100 two stages
+    were as fast or faster on every uncut row timed (KDA B4×T8192 H32 by 4 %), one faster on the
+    cut ones (GLA B1×T32768 H16 by 6 %; docs/benchmarks.md, 2026-12-06 14:35)."""
+    cut = delta is not None and call_width(spec, ChannelPrefillConfig().chunk_size, ChannelPrefillConfig.block_v, delta)
+    return ChannelPrefillConfig(num_stages=1 if cut else 2)
 
 
 def plan(config: ChannelPrefillConfig, spec: CallSpec, delta: bool = True) -> str:
@@ -80,5 +82,5 @@ def register_channel_prefill(name: str, family: str, module: str, delta: bool, o
         return launcher if order is None else order(launcher)
 
     return register(KernelDef(name=name, family=family, archs=frozenset({"sm90"}), config_model=ChannelPrefillConfig,
-                              build=build, refuse=refuse, default=default, modules=(module,),
+                              build=build, refuse=refuse, default=lambda spec: default(spec, delta), modules=(module,),
                               plan=lambda config, spec: plan(config, spec, delta)))

@@ -56,9 +56,15 @@ def test_dispatch_serves_every_flag_in_tree(mode, dim, flags):
     KERNEL.validate_config(KERNEL.default(call), call)
 
 
-def test_the_default_prefetches_while_the_tiles_fit_one_wave():
-    assert KERNEL.default(spec(batch=1)) == ChannelPrefillConfig(num_stages=2)
-    assert KERNEL.default(spec(batch=4)) == ChannelPrefillConfig(num_stages=1)
+def test_the_default_takes_one_stage_only_where_the_call_is_cut():
+    from tileops.kernels.gla.prefill import KERNEL as GLA
+
+    assert KERNEL.default(spec(batch=4)) == ChannelPrefillConfig(num_stages=2)  # 256 tiles, uncut
+    assert KERNEL.default(spec(batch=1, tokens=32768)) == ChannelPrefillConfig(num_stages=2)  # H32: three walks do not pay
+    assert KERNEL.default(spec(batch=1, tokens=32768, heads=8, value_heads=8)) == ChannelPrefillConfig(num_stages=1)
+    gla = spec(batch=1, tokens=32768, heads=16, value_heads=16)
+    assert GLA.default(gla) == ChannelPrefillConfig(num_stages=1)
+    assert GLA.default(spec(batch=4, heads=16, value_heads=16)) == ChannelPrefillConfig(num_stages=2)
 
 
 @needs_nvcc
