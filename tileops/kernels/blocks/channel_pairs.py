@@ -11,7 +11,7 @@ the products between blocks. Where d exceeds LIMIT (decays beyond 5.5 a token, p
 a ``lower_bound``), the warp forms the pairs one by one in fp32 instead: each lane takes the row
 pair p, 15 − p (15 pairs below the diagonal between them) and a quarter of the channels, one
 exponential per pair and channel, and shuffles sum the quarters. Either way the sums land in A's
-and D's fp32 tiles as ``store`` says: the first half's at (i, j), the second's mirrored at (j, i)
+and D's fp32 tiles as ``store_pair`` says: the first half's at (i, j), the second's mirrored at (j, i)
 with its diagonal in D's padding column C, for the caller to add.
 """
 
