@@ -88,11 +88,16 @@ def elementwise_fp32(x, k, gamma, rows, cols) -> np.ndarray:
     return np.einsum("ic,jc,ijc->ij", x[rows].astype(np.float32), k[cols].astype(np.float32), decay)
 
 
+def folded_operands(x, k, gamma, rows, cols, ref) -> tuple[np.ndarray, np.ndarray]:
+    """A block's operands with the gate folded in about row ``ref``, in fp32."""
+    with np.errstate(over="ignore"):
+        return ((x[rows] * np.exp(gamma[rows] - gamma[ref])).astype(np.float32),
+                (k[cols] * np.exp(gamma[ref] - gamma[cols])).astype(np.float32))
+
+
 def folded(x, k, gamma, rows, cols, ref, bits) -> np.ndarray:
     """A block as one tensor-core product of the gate-folded operands about row ``ref``."""
-    with np.errstate(over="ignore"):
-        xs = (x[rows] * np.exp(gamma[rows] - gamma[ref])).astype(np.float32)
-        ks = (k[cols] * np.exp(gamma[ref] - gamma[cols])).astype(np.float32)
+    xs, ks = folded_operands(x, k, gamma, rows, cols, ref)
     with np.errstate(over="ignore", invalid="ignore"):
         return (rounded(xs, bits) @ rounded(ks, bits).T).astype(np.float32)
 
@@ -100,9 +105,7 @@ def folded(x, k, gamma, rows, cols, ref, bits) -> np.ndarray:
 def folded_split(x, k, gamma, rows, cols, ref) -> np.ndarray:
     """As ``folded``, each operand in bf16 as two parts (its rounding, then the rest rounded), the
     three products hi·hi + hi·lo + lo·hi accumulated in fp32."""
-    with np.errstate(over="ignore"):
-        xs = (x[rows] * np.exp(gamma[rows] - gamma[ref])).astype(np.float32)
-        ks = (k[cols] * np.exp(gamma[ref] - gamma[cols])).astype(np.float32)
+    xs, ks = folded_operands(x, k, gamma, rows, cols, ref)
     x_hi, k_hi = rounded(xs, BF16), rounded(ks, BF16)
     x_lo, k_lo = rounded(xs - x_hi, BF16), rounded(ks - k_hi, BF16)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -70,7 +70,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     """
     H, HV, K, C = heads, value_heads, dim_k, chunk
     assert C == 4 * BLOCK and K <= WARPGROUP, "four 16-row blocks a chunk; a thread per key channel"
-    assert C // BLOCK * WARP * HALVES == HALVES * WARPGROUP, "a warp a block and half of the channels"
+    assert C // BLOCK * WARP == WARPGROUP, "a warp a block, each warpgroup half of the channels"
     group = HV // H
     accum, operand = "float32", "float16"
     tokens = T.dynamic("tokens")
@@ -173,19 +173,20 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         rows after r) or e^{γ_r − γ} (rows before r) into the same rows of ``dst_s``, in fp16. A
         thread takes 8 channels of a row, so that it reads γ_r once and stores 16 bytes; a warp's
         lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
-        VGROUPS = K // VEC
+        groups = K // VEC  # of a row
+        warp_groups = WARP // ROWS_A_WARP  # a warp's groups in a pass
         lane_rows = tx % ROWS_A_WARP
-        group = tx % WARP // ROWS_A_WARP + (WARP // ROWS_A_WARP) * (tx // WARP % (VGROUPS * ROWS_A_WARP // WARP))
+        group = tx % WARP // ROWS_A_WARP + warp_groups * (tx // WARP % (groups // warp_groups))
         c0 = group * VEC
         g_r = T.alloc_local([VEC], accum)
         x_l = T.alloc_local([VEC], accum)
         for v in T.unroll(VEC, explicit=True):
             g_r[v] = gam_s[c0 + v, r]
         seg_r = seg_s[r]
-        for it in T.serial(T.ceildiv(rows * VGROUPS, THREADS)):
+        for it in T.serial(T.ceildiv(rows * groups, THREADS)):
             item = it * THREADS + tx
-            if item < rows * VGROUPS:  # at K = 64 a pass takes 32 rows, more than a block holds
-                i = first + item // (VGROUPS * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
+            if item < rows * groups:  # at K = 64 a pass takes 32 rows, more than a block holds
+                i = first + item // (groups * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
                 own = seg_s[i] == seg_r
                 for v in T.unroll(VEC, explicit=True):
                     g_i = gam_s[c0 + v, i]
