@@ -98,17 +98,17 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
     elif [ "$OP" = kda ]; then
         # One process per group of builds, so that their compiles run side by side.
         for k in "k128-equal or hv2h" "packed and not value" "value-first or l2norm" "neg-eigval or flat-bias" \
-                 "grid-bias or no-bias" "strongest or weak" "thousand" "config-s1" "config-s2" "few_long or replays"; do
+                 "grid-bias or no-bias" "strongest or weak or steep" "thousand" "config-s1" "config-s2" "few_long or replays"; do
             run_group tests/kernels/kda/test_kda_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "kda or KDA" &
     elif [ "$OP" = gla ]; then
-        for k in "k128-equal or no-state" "packed" "strongest or weak" "thousand" "config-s1" "config-s2" "cut"; do
+        for k in "k128-equal or no-state" "packed" "strongest or weak or steep" "thousand" "config-s1" "config-s2" "cut"; do
             run_group tests/kernels/gla/test_gla_prefill_gpu.py -k "$k" &
         done
         run_group tests/kernels/decode/test_decode_families_gpu.py -k "gla or GLA" &
         run_group tests/kernels/gla/test_gla_chunk_fwd_gpu.py &
-        for k in "state-dht" "neither" "strongest" "weak" "one-chunk" "graph" "autograd"; do
+        for k in "state-dht" "neither" "strongest" "weak" "steep" "one-chunk" "graph" "autograd"; do
             run_group tests/kernels/gla/test_gla_chunk_bwd_gpu.py -k "$k" &
         done
     else

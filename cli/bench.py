@@ -101,7 +101,8 @@ def main_command(
     rows_kind: str = typer.Option("all", "--rows", help="all, prefill, decode or train (training step) rows."),
     gates: str = typer.Option("benchmark", help="Gates the rows draw, one kind or several with commas (each row "
                                                 "timed under each): benchmark (about e^-0.1 a token), weak "
-                                                "(about -1e-3), mamba (Mamba's initialisation) or zero."),
+                                                "(about -1e-3), mamba (Mamba's initialisation), zero or steep (8 "
+                                                "to 16 a token)."),
     peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
                                              help="PYTHONPATH holding the peers (fla, tileops 0.1.0)."),
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),

@@ -23,8 +23,11 @@ ENTRIES = ("train", "train_fwd", "train_bwd")
 # on the gates are timed under. "benchmark": logsigmoid(N(0, 1)) / scale (about e^-0.1 a token for
 # GDN and KDA's scale 8: the state forgets within a few chunks); "weak": about -1e-3 a token;
 # "mamba": Mamba's initialisation, one rate per head (or per key channel), log-spaced from 1.6 to
-# 0.001, times softplus of a N(0, 1) step over softplus(0); "zero": no decay (DeltaNet's gate).
-GATE_KINDS = ("benchmark", "weak", "mamba", "zero")
+# 0.001, times softplus of a N(0, 1) step over softplus(0); "zero": no decay (DeltaNet's gate);
+# "steep": 8 to 16 a token, a state that forgets at once: beyond KDA's lower bound of 5, where a gate
+# such as Kimi Linear's (-exp(A_log) · softplus, A up to 16) may go, and where the channel families'
+# first pass forms its in-block pairs one by one (docs/kda-gated-products.md): their slowest data.
+GATE_KINDS = ("benchmark", "weak", "mamba", "zero", "steep")
 MAMBA_RATES = (1.6, 1e-3)
 
 
@@ -47,6 +50,8 @@ def log_decays(kind: str, shape: tuple, randn, rand, scale: float) -> torch.Tens
         return -rates.to(step) * step
     if kind == "zero":
         return torch.zeros_like(rand(shape))
+    if kind == "steep":
+        return -8.0 * (1.0 + rand(shape))
     raise ValueError(f"gate kind {kind!r} is not one of {', '.join(GATE_KINDS)}")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 

@@ -48,6 +48,7 @@ def test_gate_kinds_draw_the_decays_their_names_say(rng):
     assert -0.12 < draws["benchmark"].mean() < -0.08  # about e^-0.1 a token
     assert -1.1e-3 < draws["weak"].mean() < -0.9e-3 and draws["weak"].min() >= -1.5e-3
     assert (draws["zero"] == 0).all()
+    assert draws["steep"].max() <= -8 and draws["steep"].min() >= -16
     rates = -draws["mamba"].mean((0, 1)) / (torch.nn.functional.softplus(randn((10 ** 6,))).mean() / 0.6931)
     assert torch.allclose(rates[[0, -1]], torch.tensor(MAMBA_RATES, dtype=torch.float64), rtol=0.05)
     assert (rates[1:] < rates[:-1]).all()  # one rate per head, log-spaced down the heads
@@ -55,7 +56,7 @@ def test_gate_kinds_draw_the_decays_their_names_say(rng):
     case = Case("gdn", 1, 300, 2, 4, 16, "float32")
     assert torch.equal(make_inputs(case, seed=3)[3], make_inputs(case, seed=3, gates="benchmark")[3])
     assert (make_inputs(case, seed=3, gates="zero")[3] == 0).all()
-    with pytest.raises(ValueError, match="gate kind 'strong' is not one of benchmark, weak, mamba, zero"):
+    with pytest.raises(ValueError, match="gate kind 'strong' is not one of benchmark, weak, mamba, zero, steep"):
         log_decays("strong", shape, randn, rand, 8.0)
 
 
@@ -67,4 +68,4 @@ def test_the_benchmark_refuses_an_unknown_gate_kind_by_name():
     for gates in ("strong", "weak,strong"):
         result = CliRunner().invoke(app, ["--gates", gates], env={"COLUMNS": "200"})
         assert result.exit_code != 0
-        assert "--gates takes benchmark, weak, mamba, zero (several with commas), not 'strong'" in result.output
+        assert "--gates takes benchmark, weak, mamba, zero, steep (several with commas), not 'strong'" in result.output

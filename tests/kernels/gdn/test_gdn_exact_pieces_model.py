@@ -216,14 +216,14 @@ def test_without_a_gate_every_later_piece_starts_from_its_exact_entry(rng, lengt
 @pytest.mark.parametrize("gates", GATE_KINDS)
 def test_warm_ups_within_reach_and_exact_entries_beyond_it(rng, gates):
     # The shipped mix: per (piece, value head) a warm-up where its bound drops within WARM_REACH
-    # chunks (only the benchmarks' fast-forgetting gates here), the exact entry elsewhere. A
+    # chunks (only the benchmarks' and the steep gates, which forget fast, here), the exact entry elsewhere. A
     # warm-up drops less than fp32's rounding of the state it forgets.
     lengths, heads, value_heads, dim, scale = (1500, 900), 1, 2, 16, 0.25
     q, k, v, g, beta, h0 = inputs(rng, lengths, heads, value_heads, dim, gates, True)
     plan = host_plan(lengths, 4, C, value_heads, CPU)
     begin, rows = warm_rows(k, g, beta, plan, WARM_REACH, 1, len(lengths))
     exact = rows >= len(lengths)
-    assert exact.any() == (gates != "benchmark")
+    assert exact.any() == (gates not in ("benchmark", "steep"))
     o, final = schedule(q, k, v, g, beta, h0, lengths, 4, scale, reach=WARM_REACH)
     ref_o, ref_final = reference(q, k, v, g, beta, h0, lengths, scale)
     tol = 1e-12 if exact[plan.start != plan.first].all() else 1e-6

@@ -1,6 +1,6 @@
 """tl.gla_chunk_bwd on an sm90 GPU against the float64 reference: GLAChunkBwdOp's (dq, dk, dv, dg)
 from the float64 forward's h, with and without an initial state and a final-state gradient,
-K = V ∈ {64, 128}, fp16 and bf16, a given scale, gates from weak to −5 a token, one chunk and
+K = V ∈ {64, 128}, fp16 and bf16, a given scale, gates from weak to −16 a token, one chunk and
 many; and inside a CUDA graph. dg takes dq's tolerance: its cancelling terms take the same rounded
 state gradient (``test_gla_chunk_bwd_model``)."""
 
@@ -25,6 +25,7 @@ CASES = [
     dict(id="fp16-k64-neither-scale", dtype=torch.float16, B=3, T=256, H=2, D=64, init=False, scale=0.3),
     dict(id="bf16-k64-strongest-gates-dht", dtype=torch.bfloat16, B=1, T=512, H=2, D=64, strength=5.0, dht=True),
     dict(id="fp16-k128-weak-gates-state", dtype=torch.float16, B=2, T=192, H=2, D=128, strength=2e-3),
+    dict(id="bf16-k128-steep-gates-dht", dtype=torch.bfloat16, B=2, T=256, H=2, D=128, strength=16.0, dht=True),
     dict(id="bf16-k128-one-chunk-dht", dtype=torch.bfloat16, B=4, T=64, H=2, D=128, init=False, dht=True),
 ]
 

@@ -1,6 +1,6 @@
 """tl.gla_chunk_fwd on an sm90 GPU against the float64 reference: GLAChunkFwdOp's (o, final_state)
 and its per-chunk states h, with and without an initial state, K = V ∈ {64, 128}, fp16 and bf16,
-a given scale, gates from weak to −5 a token; and GLAChunkBwdOp's gradients from our h equal to
+a given scale, gates from weak to −16 a token; and GLAChunkBwdOp's gradients from our h equal to
 those from the reference's."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ CASES = [
     dict(id="fp16-k64-zeros-scale", dtype=torch.float16, B=3, T=256, H=2, D=64, init=False, scale=0.3),
     dict(id="bf16-k64-strongest-gates", dtype=torch.bfloat16, B=1, T=512, H=2, D=64, strength=5.0),
     dict(id="fp16-k128-weak-gates", dtype=torch.float16, B=2, T=192, H=2, D=128, strength=2e-3),
+    dict(id="bf16-k128-steep-gates", dtype=torch.bfloat16, B=2, T=256, H=2, D=128, strength=16.0),
 ]
 
 

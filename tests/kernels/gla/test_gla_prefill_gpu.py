@@ -1,7 +1,7 @@
 """tl.gla_prefill on an sm90 GPU against the float64 reference: GLAFwdOp's prefill, equal lengths and
 packed varlen (lengths not multiples of 64, a thousand short sequences, one long one), few long
 sequences cut into pieces, with and without an initial state, K = V ∈ {64, 128}, fp16 and bf16, a given scale, under gates from weak
-to −5 a token; and every config of the space."""
+to −16 a token; and every config of the space."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ FEATURES = [
     dict(id="fp16-k128-packed-scale", dtype=torch.float16, H=2, D=128, lengths=(100, 333), scale=0.3),
     dict(id="bf16-k128-strongest-gates", dtype=torch.bfloat16, H=2, D=128, lengths=(257,), strength=5.0),
     dict(id="fp16-k64-weak-gates", dtype=torch.float16, H=2, D=64, lengths=(257,), strength=2e-3),
+    dict(id="bf16-k128-steep-gates", dtype=torch.bfloat16, H=2, D=128, lengths=(37, 300, 70), strength=16.0),
 ]
 
 

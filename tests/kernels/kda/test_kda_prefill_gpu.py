@@ -1,7 +1,7 @@
 """tl.kda_prefill on an sm90 GPU against the float64 reference: KDAFwdOp's prefill with every flag
 it takes, equal lengths and packed varlen (lengths not multiples of 64, a thousand short sequences,
 one long one), an initial state in both layouts, HV a multiple of H, K = V ∈ {64, 128}, fp16 and
-bf16, under gates from weak to KDA's lower bound; and every config of the space."""
+bf16, under gates from weak to KDA's lower bound and beyond it (−16 a token); and every config of the space."""
 
 from __future__ import annotations
 
@@ -93,6 +93,10 @@ FEATURES = [
          bias=None, flags=dict(use_gate_in_kernel=True, lower_bound=-5.0)),
     dict(id="bf16-k128-strongest-gates", dtype=torch.bfloat16, H=2, HV=2, D=128, lengths=(257,), strength=5.0),
     dict(id="fp16-k128-weak-gates", dtype=torch.float16, H=2, HV=2, D=128, lengths=(257,), strength=2e-3),
+    # beyond the bound: most blocks' in-block pairs one by one, the rest on the tensor cores
+    dict(id="bf16-k128-steep-gates", dtype=torch.bfloat16, H=2, HV=4, D=128, lengths=(257,), batch=2, strength=16.0),
+    dict(id="fp16-k64-steep-gates-mixed-lengths", dtype=torch.float16, H=2, HV=2, D=64, lengths=(37, 64, 200, 5, 130),
+         strength=16.0),
 ]
 
 

@@ -35,6 +35,13 @@ __device__ __forceinline__ void split_bf16(float a, float b, unsigned& hi, unsig
   lo = *reinterpret_cast<unsigned*>(&l);
 }
 
+// Two adjacent 16-bit elements (p 4-byte aligned) in one load.
+template <typename X> __device__ __forceinline__ float2 load_pair(const X* p) {
+  struct alignas(4) Pair { X v[2]; };
+  const Pair pair = *reinterpret_cast<const Pair*>(p);
+  return make_float2(float(pair.v[0]), float(pair.v[1]));
+}
+
 // Sum (i, j) of a block, by this warp: at (i, j) for the first half of the channels, mirrored at
 // (j, i) for the second (its diagonal into D's column C).
 template <bool DELTA>
@@ -64,11 +71,14 @@ __device__ __forceinline__ bool block_pairs_mma(const X* q, const X* k, int ldx,
   float widest = 0.f;
 #pragma unroll
   for (int s = 0; s < K / 32; ++s) {
-    const int c0 = half * (K / 2) + 16 * s + 2 * t;  // this lane's channels: c0, c0 + 1, c0 + 8, c0 + 9
+    // The product's 16 channels of step s, in any order: lane t takes c0 .. c0 + 3 (k-columns 2t,
+    // 2t + 1, 2t + 8, 2t + 9), K / 8 apart between lanes, so that a warp's loads of a channel
+    // pair of q and k (one word) fall in 32 banks and its loads of γ in 16.
+    const int c0 = half * (K / 2) + t * (K / 8) + 4 * s;
     unsigned ak[2][4], aq[2][4], b[2][2][2];  // [hi/lo][fragment register] and B by [hi/lo][token][register]
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int c = c0 + 8 * h;
+      const int c = c0 + 2 * h;
       const float* g0 = gam + c * ldg;
       const float* g1 = g0 + ldg;
       const float m0 = g0[m], m1 = g1[m];
@@ -77,11 +87,11 @@ __device__ __forceinline__ bool block_pairs_mma(const X* q, const X* k, int ldx,
         const float d0 = g0[r[n]] - m0, d1 = g1[r[n]] - m1;
         widest = fmaxf(widest, fmaxf(fabsf(d0), fabsf(d1)));
         const float up0 = exp2f(d0), up1 = exp2f(d1), down0 = exp2f(-d0), down1 = exp2f(-d1);
-        const float k0 = float(k[r[n] * ldx + c]), k1 = float(k[r[n] * ldx + c + 1]);
-        const int f = n + 2 * h;  // A's register: rows g (n = 0) and g + 8, channels c0 (h = 0) and c0 + 8
-        if (DELTA) split_bf16(k0 * up0, k1 * up1, ak[0][f], ak[1][f]);
-        split_bf16(float(q[r[n] * ldx + c]) * up0, float(q[r[n] * ldx + c + 1]) * up1, aq[0][f], aq[1][f]);
-        split_bf16(k0 * down0, k1 * down1, b[0][n][h], b[1][n][h]);  // B's token g + 8n, channels c0 + 8h
+        const float2 kk = load_pair(k + r[n] * ldx + c), qq = load_pair(q + r[n] * ldx + c);
+        const int f = n + 2 * h;  // A's register: rows g (n = 0) and g + 8, k-columns 2t (h = 0) and 2t + 8
+        if (DELTA) split_bf16(kk.x * up0, kk.y * up1, ak[0][f], ak[1][f]);
+        split_bf16(qq.x * up0, qq.y * up1, aq[0][f], aq[1][f]);
+        split_bf16(kk.x * down0, kk.y * down1, b[0][n][h], b[1][n][h]);  // B's token g + 8n, k-rows 2t + 8h
       }
     }
 #pragma unroll

@@ -49,6 +49,8 @@ template <typename H> __device__ __forceinline__ void store8(void* dst, const fl
 }
 }  // namespace tileops_gdn
 """
+SCAN_ROWS = 16  # rows of γ the scan reads at once: a load from the tile it writes cannot pass the
+# stores before it, so read row by row every step waited on its load
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 THREADS = HALVES * WARPGROUP
@@ -148,13 +150,22 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         on the way, the state's decay over each segment: at a sequence's last token into its row
         W + n of ``decay``, at the window's last row into row w."""
         run = T.alloc_var(accum)
+        g_l = T.alloc_local([SCAN_ROWS], accum)
+        beg_l = T.alloc_local([SCAN_ROWS], "int32")
+        last_l = T.alloc_local([SCAN_ROWS], "int32")
         if tx < K:
             run = 0.0
-            for i in T.serial(C):
-                run = T.if_then_else(beg_s[i] == i, 0.0, run) + gam_s[tx, i]
-                gam_s[tx, i] = run
-                if last_s[i] >= 0:
-                    decay[hv, T.ceildiv(tokens, C) + last_s[i], tx] = T.exp2(run)
+            for b in T.serial(C // SCAN_ROWS):
+                for u in T.unroll(SCAN_ROWS, explicit=True):
+                    g_l[u] = gam_s[tx, b * SCAN_ROWS + u]
+                    beg_l[u] = beg_s[b * SCAN_ROWS + u]
+                    last_l[u] = last_s[b * SCAN_ROWS + u]
+                for u in T.unroll(SCAN_ROWS, explicit=True):
+                    i = b * SCAN_ROWS + u
+                    run = T.if_then_else(beg_l[u] == i, 0.0, run) + g_l[u]
+                    gam_s[tx, i] = run
+                    if last_l[u] >= 0:
+                        decay[hv, T.ceildiv(tokens, C) + last_l[u], tx] = T.exp2(run)
             decay[hv, w, tx] = T.exp2(gam_s[tx, T.min(tokens - w * C, C) - 1])
 
     @T.macro
@@ -227,30 +238,33 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         T.call_extern("handle", f"tileops_gdn::store8<{HALF_TYPES[dtype]}>", T.address_of(out[hv, t, c0]), values.data)
 
     @T.macro
-    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx):
-        """Q_o, K_s and (with the delta rule) K_x into their outputs: a thread forms VEC channels of
-        a row, their factors shared, and stores each output's 16 bytes at once (element by element,
-        every store took a 64-bit address of its own: a fifth of the pass's instructions)."""
+    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx, threads):
+        """Q_o, K_s and (with the delta rule) K_x into their outputs, by ``threads`` threads (``tx``
+        counted from the first of them): a thread forms VEC channels of a row, their factors shared,
+        and stores each output's 16 bytes at once (element by element, every store took a 64-bit
+        address of its own: a fifth of the pass's instructions)."""
         q_l = T.alloc_local([VEC], accum)
         kx_l = T.alloc_local([VEC], accum)
         ks_l = T.alloc_local([VEC], accum)
-        i = tx // WARP * ROWS_A_WARP + tx % ROWS_A_WARP
-        for it in T.serial(C * K // VEC // THREADS):
-            c0 = (it * (WARP // ROWS_A_WARP) + tx % WARP // ROWS_A_WARP) * VEC
-            if t0 + i < tokens:
-                end = end_s[i]
-                for v in T.unroll(VEC, explicit=True):
-                    g_i = gam_s[c0 + v, i]
-                    from_start = T.exp2(g_i)
-                    key = rk_n[i] * T.cast(k_s[i, c0 + v], accum)
-                    q_l[v] = scale * rq_n[i] * T.cast(q_s[i, c0 + v], accum) * from_start
+        warps = threads // WARP
+        for p in T.serial(C // (warps * ROWS_A_WARP)):
+            i = (p * warps + tx // WARP) * ROWS_A_WARP + tx % ROWS_A_WARP
+            for it in T.serial(K // VEC // (WARP // ROWS_A_WARP)):
+                c0 = (it * (WARP // ROWS_A_WARP) + tx % WARP // ROWS_A_WARP) * VEC
+                if t0 + i < tokens:
+                    end = end_s[i]
+                    for v in T.unroll(VEC, explicit=True):
+                        g_i = gam_s[c0 + v, i]
+                        from_start = T.exp2(g_i)
+                        key = rk_n[i] * T.cast(k_s[i, c0 + v], accum)
+                        q_l[v] = scale * rq_n[i] * T.cast(q_s[i, c0 + v], accum) * from_start
+                        if delta:
+                            kx_l[v] = key * from_start
+                        ks_l[v] = key * T.exp2(gam_s[c0 + v, end] - g_i)
+                    store8(qo, q_l, hv, t0 + i, c0)
                     if delta:
-                        kx_l[v] = key * from_start
-                    ks_l[v] = key * T.exp2(gam_s[c0 + v, end] - g_i)
-                store8(qo, q_l, hv, t0 + i, c0)
-                if delta:
-                    store8(kx, kx_l, hv, t0 + i, c0)
-                store8(ks, ks_l, hv, t0 + i, c0)
+                        store8(kx, kx_l, hv, t0 + i, c0)
+                    store8(ks, ks_l, hv, t0 + i, c0)
 
     @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, qo, kx, ks, decay, hv, w):
@@ -302,17 +316,19 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         for i, j in T.Parallel(C, C):
             if t0 + i < tokens:
                 m_out[hv, t0 + i, j] = m_s[i, j]
-        # Before the solve, so that its scratch may take the q, k and γ tiles' place.
-        decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx)
-        if delta:
+        if delta:  # the second warpgroup forms the decayed operands while the first solves
             clear(d_s)
             T.sync_threads()  # the merge's barriers count one warpgroup
             if tx < WARPGROUP:
                 solve(a_s, d_s, w_s, tx)
+            else:
+                decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx - WARPGROUP, WARPGROUP)
             T.sync_threads()
             for i, j in T.Parallel(C, C):
                 if t0 + i < tokens:
                     tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
+        else:
+            decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx, THREADS)
 
     @T.macro
     def grid(q, k, g, beta, a_log, dt_bias, tp, m_out, qo, kx, ks, decay, seqs):
