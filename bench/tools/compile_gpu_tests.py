@@ -1,9 +1,9 @@
 """Compile, for sm90 on a machine without a GPU, the prefill and op-level programs the GPU tests
 (GDN's and DeltaNet's, the chunked training forward's) and the DeltaNet benchmark rows build, so that the H200's time goes to running them (TILELANG_CACHE_DIR names the cache).
 
-    python bench/tools/compile_gpu_tests.py [--jobs N] [--ops-only | --gla-backward | --channel-prefill]
+    python bench/tools/compile_gpu_tests.py [--jobs N] [--ops-only | --gla-chunked | --channel-prefill]
 
-``--gla-backward``: only GLA's chunked backward, its GPU tests' builds and the H16 training row's.
+``--gla-chunked``: only GLA's chunked forward and backward, their GPU tests' builds and the H16 training row's.
 ``--channel-prefill``: only the KDA and GLA prefill GPU tests' builds.
 
 The decode kernels compile in seconds and are left to the GPU machine.
@@ -116,19 +116,27 @@ def on_gpu(op, *args):
     return replace(spec, device=torch.device("cuda", 0), arch=ARCH, device_name=DEVICE_NAME)
 
 
-def gla_backward_jobs() -> list[tuple]:
-    """(kernel, config, spec) of GLAChunkBwdOp's GPU tests and of its B4×T4096 H16 training row."""
-    from tileops.kernels.gla import chunk_bwd
-    from tileops.linear_attention import GLAChunkBwdOp
-    from tests.kernels.gla.test_gla_chunk_bwd_gpu import CASES
+def gla_chunked_jobs() -> list[tuple]:
+    """(kernel, config, spec) of GLAChunkFwdOp's and GLAChunkBwdOp's GPU tests and of their
+    B4×T4096 H16 training row."""
+    from tileops.kernels.gla import chunk_bwd, chunk_fwd
+    from tileops.linear_attention import GLAChunkBwdOp, GLAChunkFwdOp
+    from tests.kernels.gla import test_gla_chunk_bwd_gpu, test_gla_chunk_fwd_gpu
 
-    shapes = [(c["B"], c["T"], c["H"], c["D"], c["dtype"], c.get("scale", -1.0)) for c in CASES]
+    train = [(4, 4096, 16, 128, torch.bfloat16, -1.0, True)]
     jobs = []
-    for B, T, H, D, dtype, scale in shapes + [(4, 4096, 16, 128, torch.bfloat16, -1.0)]:
-        q = torch.zeros(B, T, H, D, dtype=dtype)
-        state = torch.zeros(B, T // 64 + 1, H, D, D)
-        spec = on_gpu(GLAChunkBwdOp(scale=scale), q, q, q, q, state, q, None)
-        jobs.append((chunk_bwd.KERNEL.name, chunk_bwd.KERNEL.default(spec), spec))
+    for cases, backward in ((test_gla_chunk_fwd_gpu.CASES, False), (test_gla_chunk_bwd_gpu.CASES, True)):
+        shapes = [(c["B"], c["T"], c["H"], c["D"], c["dtype"], c.get("scale", -1.0), c.get("init", True)) for c in cases]
+        for B, T, H, D, dtype, scale, init in shapes + train:
+            q = torch.zeros(B, T, H, D, dtype=dtype)
+            if backward:
+                state = torch.zeros(B, T // 64 + 1, H, D, D)
+                spec = on_gpu(GLAChunkBwdOp(scale=scale), q, q, q, q, state, q, None)
+                jobs.append((chunk_bwd.KERNEL.name, chunk_bwd.KERNEL.default(spec), spec))
+            else:
+                h0 = torch.zeros(B, H, D, D) if init else None
+                spec = on_gpu(GLAChunkFwdOp(scale=scale), q, q, q, q, h0)
+                jobs.append((chunk_fwd.KERNEL.name, chunk_fwd.KERNEL.default(spec), spec))
     return jobs
 
 
@@ -180,11 +188,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ops-only", action="store_true", help="only the op-level tests' and benchmark rows' builds")
-    parser.add_argument("--gla-backward", action="store_true", help="only GLA's chunked backward's builds")
+    parser.add_argument("--gla-chunked", action="store_true", help="only GLA's chunked forward's and backward's builds")
     parser.add_argument("--channel-prefill", action="store_true", help="only the KDA and GLA prefill tests' builds")
     args = parser.parse_args()
-    if args.gla_backward:
-        wanted = gla_backward_jobs()
+    if args.gla_chunked:
+        wanted = gla_chunked_jobs()
     elif args.channel_prefill:
         wanted = channel_prefill_jobs()
     else:
