@@ -42,8 +42,13 @@ def test_the_chunked_backward_is_the_recurrences_gradient(kind, with_state, with
     _, _, h = chunk_gla(q, k, v, g, scale=scale, initial_state=h0, chunk_size=C)
     ours = chunk_bwd(q, k, v, g, h, do, dht, scale=scale)
     expected = autograd_grads(q, k, v, g, h0, do, dht, scale)
-    for name, x, y in zip(("dq", "dk", "dv", "dg"), ours, expected):
+    for name, x, y in zip(("dq", "dk", "dv"), ours, expected):
         assert relative(x, y) <= 1e-12, (name, relative(x, y))
+    # dg sums q ⊙ dq − k ⊙ dk down the sequence, terms that cancel: under steep gates (8 to 16 a
+    # token) to a millionth of their size. Both sides then differ by float64's rounding of the terms.
+    dq, dk, dg = expected[0], expected[1], expected[3]
+    terms = ((q * dq).abs() + (k * dk).abs()).flip(1).cumsum(1).flip(1)
+    assert (ours[3] - dg).norm() <= 1e-12 * dg.norm() + 1e-15 * terms.norm(), ("dg", relative(ours[3], dg))
 
 
 def test_the_backward_reads_the_forwards_states():
