@@ -117,7 +117,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", help="Rows of these shapes (tileops-tune's form, B1xT8192xH16xHV32 "
                                                    "or varlen16xT32768xH16xHV32), bf16, instead of the preset's.")
     parser.add_argument("--compile", action="store_true", help="Only build each row's configs for sm90 (no GPU "
-                                                               "needed), into TileLang's cache.")
+                                                               "needed; a training row: dispatch's forward and "
+                                                               "backward), into TileLang's cache.")
     parser.add_argument("--brief", action="store_true", help="Leave out the host's profile.")
     parser.add_argument("--profile", action="store_true", help="Only call the first row twice (compile, then the "
                                                                 "call a profiler skips to), and stop.")
@@ -130,9 +131,10 @@ def main() -> None:
         case = replace(case, dim=args.dim) if args.dim else case
         op = make_op(case)
         if args.compile:
-            spec = spec_for_arch(case, "sm90")
-            for changes in args.config or [{}]:
-                configured(op, spec, changes)
+            for call in case.calls():  # a training row: its forward and its backward, as dispatch picks them
+                spec = spec_for_arch(call, "sm90")
+                for changes in (args.config if call.entry is None else []) or [{}]:
+                    configured(make_op(call), spec, changes)
             continue
         for gates in args.gates:
             inputs = make_inputs(case, seed=0, gates=gates)
