@@ -129,13 +129,13 @@ def main() -> None:
         rows = bench_rows(args.op, args.rows)
     for case in rows:
         case = replace(case, dim=args.dim) if args.dim else case
-        op = make_op(case)
         if args.compile:
             for call in case.calls():  # a training row: its forward and its backward, as dispatch picks them
                 spec = spec_for_arch(call, "sm90")
                 for changes in (args.config if call.entry is None else []) or [{}]:
                     configured(make_op(call), spec, changes)
             continue
+        op = make_op(case)
         for gates in args.gates:
             inputs = make_inputs(case, seed=0, gates=gates)
             for changes in args.config or [None]:
