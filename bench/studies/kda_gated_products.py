@@ -25,6 +25,10 @@ each block (I, J) takes its own reference:
 - "ref first, fp16; diagonal ref middle, bf16 x 2" (the kernel's, ``blocks.channel_pairs``): the
   diagonal blocks folded about their middle row, each operand in bf16 as its rounding and the
   rest, three products (hi·hi + hi·lo + lo·hi).
+- "whole chunk about each channel's midpoint, bf16 x 2": the whole chunk as one fold, each
+  channel about the midpoint of its γ (any constant per channel cancels), two bf16 parts and
+  three products, where every factor stays within 2^{±WHOLE_REACH}; other chunks as the kernel's.
+  Also printed: the share of chunks of each kind that fit.
 
 The elementwise diagonal blocks cost an exponential per (i, j, channel): 4 · 16 · 16 · 128 a chunk
 and operand, about 0.5 ms of the SFUs for KDA's B4×T8192 H32. A folded block costs two per (row,
@@ -137,6 +141,30 @@ def form(diagonal: str, bits: int, ref_offset: int, diagonal_bits: int = None):
     return product
 
 
+WHOLE_REACH = 100  # largest factor 2^WHOLE_REACH a whole-chunk fold may take: bf16 and fp32 hold 2^127, so
+# operands up to 2^27 stay finite
+
+
+def whole_chunk_fits(gamma: np.ndarray) -> bool:
+    """Whether every channel's factors about its midpoint stay within 2^{±WHOLE_REACH}."""
+    return float(np.max(gamma[0] - gamma[-1])) / 2 * np.log2(np.e) <= WHOLE_REACH
+
+
+def whole_chunk(x, k, gamma) -> np.ndarray:
+    """The whole C × C product as one fold, each channel about the midpoint of its γ over the
+    chunk (ρ_c = (γ_0c + γ_{C−1,c}) / 2: any per-channel constant cancels), operands in bf16 as two
+    parts, three products; chunks whose factors would leave 2^{±WHOLE_REACH} take the kernel's form."""
+    if not whole_chunk_fits(gamma):
+        return FORMS["ref first, fp16; diagonal ref middle, bf16 x 2"](x, k, gamma)
+    rho = (gamma[0] + gamma[-1]) / 2
+    with np.errstate(over="ignore"):
+        xs, ks = (x * np.exp(gamma - rho)).astype(np.float32), (k * np.exp(rho - gamma)).astype(np.float32)
+    x_hi, k_hi = rounded(xs, BF16), rounded(ks, BF16)
+    x_lo, k_lo = rounded(xs - x_hi, BF16), rounded(ks - k_hi, BF16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (x_hi @ k_hi.T + x_hi @ k_lo.T + x_lo @ k_hi.T).astype(np.float32)
+
+
 FORMS = {
     "FLA 0.6.0 (ref first, tf32; diagonal fp32)": form("elementwise", TF32, 0),
     "ref first, bf16; diagonal fp32": form("elementwise", BF16, 0),
@@ -144,6 +172,7 @@ FORMS = {
     "ref first, fp16; diagonal fp32": form("elementwise", FP16, 0),
     "ref first, fp16; diagonal ref middle, tf32": form("folded", FP16, 0, TF32),
     "ref first, fp16; diagonal ref middle, bf16 x 2": form("split", FP16, 0),
+    "whole chunk about each channel's midpoint, bf16 x 2": whole_chunk,
 }
 KINDS = ("strong", "strongest", "mamba", "weak", "agreeing keys")
 
@@ -162,19 +191,23 @@ def main() -> None:
     rng = np.random.default_rng(0)
     strict, lower = np.tri(C, k=-1, dtype=bool), np.tri(C, dtype=bool)
     worst = {(f, kind, m): 0.0 for f in FORMS for kind in KINDS for m in "AM"}
+    fits = dict.fromkeys(KINDS, 0)
     for kind in KINDS:
         for _ in range(args.chunks):
             q, k, gamma = chunk(kind, rng)
+            fits[kind] += whole_chunk_fits(gamma)
             a_exact, m_exact = exact(k, k, gamma), exact(q, k, gamma)
             for name, product in FORMS.items():
                 a, m = product(k, k, gamma), product(q, k, gamma)
                 worst[name, kind, "A"] = max(worst[name, kind, "A"], relative(a, a_exact, strict))
                 worst[name, kind, "M"] = max(worst[name, kind, "M"], relative(m, m_exact, lower))
     print(f"worst relative error over {args.chunks} chunks of each kind (A: K Kᵀ strictly lower; M: Q Kᵀ lower)")
-    print(f"{'form':46s}" + "".join(f"{kind:>22s}" for kind in KINDS))
+    print(f"{'form':52s}" + "".join(f"{kind:>22s}" for kind in KINDS))
     for name in FORMS:
         cells = "".join(f"{worst[name, kind, 'A']:>10.1e} /{worst[name, kind, 'M']:>9.1e} " for kind in KINDS)
-        print(f"{name:46s}{cells}")
+        print(f"{name:52s}{cells}")
+    print(f"chunks whose factors about each channel's midpoint stay within 2^±{WHOLE_REACH}: " +
+          ", ".join(f"{kind} {fits[kind] / args.chunks:.0%}" for kind in KINDS))
 
 
 if __name__ == "__main__":
