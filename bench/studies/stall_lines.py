@@ -7,7 +7,7 @@
 
 KERNEL_CU is the program's CUDA source as TileLang generated it (``kernel.cu`` in the program's
 folder of the compile cache). The script compiles it here as TileLang does (nvcc, sm_90a, line
-info), lists the machine code with ``nvdisasm -gi`` and checks that it is the profiled code
+info, with fast math or without: whichever gives the profiled code), lists the machine code with ``nvdisasm -gi`` and checks that it is the profiled code
 instruction by instruction; each instruction's samples then go to its line of the kernel: for
 code inlined from a header or a helper, the line of the kernel body that called it. Printed: the
 lines holding at least ``--min`` percent of the samples, in source order, with their largest stall
@@ -44,17 +44,18 @@ def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def listing(kernel_cu: str) -> tuple[list[tuple[str, str, list[tuple[str, int]]]], str]:
+def listing(kernel_cu: str, fast_math: bool) -> tuple[list[tuple[str, str, list[tuple[str, int]]]], str]:
     """(offset, instruction, [(file, line) innermost first]) for each instruction of the source compiled
-    here, and the path the line information names."""
+    here (with ``--use_fast_math``, TileLang's fast-math pass config, or without), and the path the
+    line information names."""
     from tilelang import env
 
     work = tempfile.mkdtemp()
     source, cubin = os.path.join(work, "kernel.cu"), os.path.join(work, "kernel.cubin")
     shutil.copy(kernel_cu, source)
     subprocess.run([tool("nvcc"), "--cubin", "-O3", "-lineinfo", "-gencode", "arch=compute_90a,code=sm_90a",
-                    "-std=c++20", "-I" + env.TILELANG_TEMPLATE_PATH, "-I" + env.CUTLASS_INCLUDE_DIR,
-                    "-w", "-o", cubin, source], check=True, capture_output=True)
+                    "-std=c++20", "-I" + env.TILELANG_TEMPLATE_PATH, "-I" + env.CUTLASS_INCLUDE_DIR, "-w"]
+                   + (["--use_fast_math"] if fast_math else []) + ["-o", cubin, source], check=True, capture_output=True)
     text = subprocess.run([tool("nvdisasm"), "-gi", "-c", cubin], check=True, capture_output=True, text=True).stdout
     out, where = [], []
     for line in text.splitlines():
@@ -76,12 +77,15 @@ def attribute(csv_path: str, kernel_cu: str):
     """Samples and stall reasons per kernel line (the call site in the kernel body) and per innermost kernel line."""
     header, rows = read_source(csv_path)
     column = {name: i for i, name in enumerate(header)}
-    code, source = listing(kernel_cu)
-    if len(code) != len(rows):
-        sys.exit(f"the profiled kernel has {len(rows)} instructions, {kernel_cu} compiles to {len(code)}: not the same program")
-    mismatched = sum(opcode(row[column["Source"]]) != opcode(text) for row, (_, text, _) in zip(rows, code))
-    if mismatched > len(rows) // 100:
-        sys.exit(f"{mismatched} of {len(rows)} instructions differ from the profiled ones: not the same program")
+    for fast_math in (False, True):  # the program was built with or without fast math
+        code, source = listing(kernel_cu, fast_math)
+        mismatched = len(rows) if len(code) != len(rows) else sum(
+            opcode(row[column["Source"]]) != opcode(text) for row, (_, text, _) in zip(rows, code))
+        if mismatched <= len(rows) // 100:
+            break
+    else:
+        sys.exit(f"{kernel_cu} compiles (with fast math or without) to other code than the profiled kernel's "
+                 f"{len(rows)} instructions: not the same program")
     reasons = [name for name in header if name.startswith("stall_") and "Not Issued" not in name]
     body = next(i for i, text in enumerate(open(kernel_cu).read().splitlines(), 1) if "__global__" in text)
     parent: dict[int, int] = {}  # a helper's line -> where it was last seen inlined (nvdisasm names one level)
@@ -122,14 +126,34 @@ def report(table: dict, lines: list[str], minimum: float, title: str) -> str:
     return "\n".join(out)
 
 
+def steps(table: dict, ranges: list[str]) -> str:
+    """The samples of each named range of kernel lines (``name:first-last``) and its largest reasons."""
+    total = sum(c["samples"] for c in table.values()) or 1.0
+    out = []
+    for text in ranges:
+        name, _, span = text.rpartition(":")
+        first, last = (int(n) for n in span.split("-"))
+        counts = sum((c for n, c in table.items() if first <= n <= last), collections.Counter())
+        samples = counts.pop("samples", 0.0) or 1.0
+        top = ", ".join(f"{k} {v / samples:.0%}" for k, v in counts.most_common(3))
+        out.append(f"  {samples / total:6.1%} | {name} (lines {first}-{last}) | {top}")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source_csv", help="ncu --page source --csv --print-source sass output")
     parser.add_argument("kernel_cu", help="the profiled program's generated CUDA source")
     parser.add_argument("--min", type=float, default=0.3, help="leave out lines under this share (percent)")
+    parser.add_argument("--step", action="append", default=[],
+                        help="NAME:FIRST-LAST, a step of the kernel as a range of its lines: print the steps' shares")
     args = parser.parse_args()
     lines = open(args.kernel_cu).read().splitlines()
-    tables = zip(attribute(args.source_csv, args.kernel_cu),
+    by_site, by_line = attribute(args.source_csv, args.kernel_cu)
+    if args.step:
+        print("by step (lines of the kernel body):\n" + steps(by_site, args.step))
+        return
+    tables = zip((by_site, by_line),
                  ("by line of the kernel body (inlined code at its call)",
                   "by innermost line of the kernel's source (helpers' own lines)"))
     print("\n\n".join(report(table, lines, args.min, title) for table, title in tables))
