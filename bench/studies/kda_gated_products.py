@@ -109,7 +109,11 @@ def folded(x, k, gamma, rows, cols, ref, bits) -> np.ndarray:
 def folded_split(x, k, gamma, rows, cols, ref) -> np.ndarray:
     """As ``folded``, each operand in bf16 as two parts (its rounding, then the rest rounded), the
     three products hi·hi + hi·lo + lo·hi accumulated in fp32."""
-    xs, ks = folded_operands(x, k, gamma, rows, cols, ref)
+    return split_product(*folded_operands(x, k, gamma, rows, cols, ref))
+
+
+def split_product(xs: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """xs ksᵀ with each operand in bf16 as two parts, hi·hi + hi·lo + lo·hi accumulated in fp32."""
     x_hi, k_hi = rounded(xs, BF16), rounded(ks, BF16)
     x_lo, k_lo = rounded(xs - x_hi, BF16), rounded(ks - k_hi, BF16)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -158,11 +162,7 @@ def whole_chunk(x, k, gamma) -> np.ndarray:
         return FORMS["ref first, fp16; diagonal ref middle, bf16 x 2"](x, k, gamma)
     rho = (gamma[0] + gamma[-1]) / 2
     with np.errstate(over="ignore"):
-        xs, ks = (x * np.exp(gamma - rho)).astype(np.float32), (k * np.exp(rho - gamma)).astype(np.float32)
-    x_hi, k_hi = rounded(xs, BF16), rounded(ks, BF16)
-    x_lo, k_lo = rounded(xs - x_hi, BF16), rounded(ks - k_hi, BF16)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return (x_hi @ k_hi.T + x_hi @ k_lo.T + x_lo @ k_hi.T).astype(np.float32)
+        return split_product((x * np.exp(gamma - rho)).astype(np.float32), (k * np.exp(rho - gamma)).astype(np.float32))
 
 
 FORMS = {
