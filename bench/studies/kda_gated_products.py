@@ -51,6 +51,8 @@ import numpy as np
 
 from wy_inverse_precision import rounded  # noqa: E402  (a sibling study: run from its folder's parent)
 
+from tileops.kernels.programs.chunk_prep_channel import FOLD_REACH as WHOLE_REACH  # the kernel's reach
+
 C, B, K = 64, 16, 128  # chunk, sub-chunk, key width
 LOWER_BOUND = -5.0
 TF32, BF16, FP16 = 10, 7, 0  # explicit mantissa bits (0: fp16 and its range)
@@ -145,8 +147,6 @@ def form(diagonal: str, bits: int, ref_offset: int, diagonal_bits: int = None):
     return product
 
 
-WHOLE_REACH = 100  # largest factor 2^WHOLE_REACH a whole-chunk fold may take: bf16 and fp32 hold 2^127, so
-# operands up to 2^27 stay finite
 
 
 def whole_chunk_fits(gamma: np.ndarray) -> bool:

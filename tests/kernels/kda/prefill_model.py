@@ -1,14 +1,16 @@
 """The per-channel two-pass prefill (``chunk_prep_channel`` then the per-channel value-major chain:
 KDA's with the delta rule, GLA's without: ``beta`` None) in PyTorch,
 step for step: the packed token axis cut into 64-token windows, each window's segments (one per
-sequence it touches, γ restarting at each), the 16-row blocks met about their first rows, the
-pairs inside a block about its middle row (one by one where the decays leave that form's range),
-the WY solve, the decayed keys and queries and the segments'
+sequence it touches, γ restarting at each), the gated products as one fold about each channel's
+midpoint where every channel's span allows it, else the 16-row blocks met about their first rows
+and the pairs inside a block about its middle row (one by one where the decays leave that form's
+range), the WY solve, the decayed keys and queries and the segments'
 decay rows; then each sequence's walk over its windows with the columns outside it masked and
 the decay row its segment reads.
 
-``rounding`` (a 16-bit dtype, or None for exact float64) rounds what the GPU rounds: the
-off-diagonal operands to fp16, the in-block operands to two bf16 parts each, the first pass's outputs to the token dtype, and the walk's 16-bit
+``rounding`` (a 16-bit dtype, or None for exact float64) rounds what the GPU rounds: the fold's
+operands to two bf16 parts each, the blocks' off-diagonal operands to fp16, their in-block
+operands to two bf16 parts each, the first pass's outputs to the token dtype, and the walk's 16-bit
 operands (its copy of Sᵀ, Xᵀ and Δᵀ). Products accumulate in float64 either way.
 """
 
@@ -21,6 +23,7 @@ import torch
 
 from tileops.kernels.blocks.channel_pairs import LIMIT as PAIRS_LIMIT
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
+from tileops.kernels.programs.chunk_prep_channel import FOLD_REACH
 
 F64 = torch.float64
 C = 64
@@ -61,6 +64,56 @@ def block_pairs(x: torch.Tensor, k: torch.Tensor, gamma: torch.Tensor, rounding)
         inside = offset[..., half].abs().amax(dim=(1, 2)) <= PAIRS_LIMIT * math.log(2)
         out += torch.where(inside[:, None, None], folded, exact)
     return torch.where(torch.ones(rows, rows, dtype=torch.bool).tril(), out, 0.0)
+
+
+def blocks_form(qw, kw, gamma, seg, rounding):
+    """K Kᵀ and Q Kᵀ of one window [heads, C, C] as the kernel forms them where a channel's span is
+    past the fold's reach: each 16-row block against the rows before it about its first row
+    (fp16 operands), the pairs inside a block about its middle row."""
+    heads = qw.shape[0]
+    rows = torch.arange(C)
+    same = seg[:, None] == seg[None, :]
+    a_sum = torch.zeros(heads, C, C, dtype=F64)
+    m_sum = torch.zeros_like(a_sum)
+    for blk in range(1, C // BLOCK):
+        r = blk * BLOCK
+        own = ((rows // BLOCK == blk) & same[:, r])[None, :, None]
+        before = ((rows < r) & same[:, r])[None, :, None]
+        down = (gamma - gamma[:, r:r + 1]).exp()
+        up = (gamma[:, r:r + 1] - gamma).exp()
+        lk = rounded(torch.where(own, kw * down, 0.0), rounding and torch.float16)
+        lq = rounded(torch.where(own, qw * down, 0.0), rounding and torch.float16)
+        rk = rounded(torch.where(before, kw * up, 0.0), rounding and torch.float16)
+        a_sum += lk @ rk.mT
+        m_sum += lq @ rk.mT
+    for blk in range(C // BLOCK):
+        inside = slice(blk * BLOCK, blk * BLOCK + BLOCK)
+        a_sum[:, inside, inside] += block_pairs(kw[:, inside], kw[:, inside], gamma[:, inside], rounding)
+        m_sum[:, inside, inside] += block_pairs(qw[:, inside], kw[:, inside], gamma[:, inside], rounding)
+    return a_sum, m_sum
+
+
+def window_fold(qw, kw, gamma, seg, rounding):
+    """Whether each head's window takes the whole-window fold (every channel's half-span of γ over
+    the rows inside within FOLD_REACH, base 2), and its K Kᵀ and Q Kᵀ [heads, C, C]: x_i ⊙ e^{γ_i − ρ}
+    against k_j ⊙ e^{ρ − γ_j}, ρ each channel's midpoint, rows outside zero, with ``rounding``
+    each operand in two bf16 parts and three products. Entries the caller masks may overflow."""
+    inside = (seg >= 0)[None, :, None]
+    low = torch.where(inside, gamma, math.inf).amin(1, keepdim=True)
+    high = torch.where(inside, gamma, -math.inf).amax(1, keepdim=True)
+    fits = ((high - low) * math.log2(math.e) <= 2 * FOLD_REACH).squeeze(1).all(-1)
+    rho = torch.where(fits[:, None, None], (low + high) / 2, 0.0)
+    offset = torch.where(fits[:, None, None], gamma - rho, 0.0)  # windows that do not fit: unused
+    up, down = offset.exp(), (-offset).exp()
+    right = torch.where(inside, kw * down, 0.0)
+
+    def product(x):
+        left = torch.where(inside, x * up, 0.0)
+        if rounding is None:
+            return left @ right.mT
+        (l_hi, l_lo), (r_hi, r_lo) = split_bf16(left), split_bf16(right)
+        return l_hi @ r_hi.mT + l_hi @ r_lo.mT + l_lo @ r_hi.mT
+    return fits, product(kw), product(qw)
 
 
 def sequence_of(bounds: list[int], tokens: int) -> torch.Tensor:
@@ -107,23 +160,10 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
             run = torch.where(restart[i], 0.0, run) + gw[:, i].clamp_min(LOG_DECAY_FLOOR)
             gamma[:, i] = run
         same = seg[:, None] == seg[None, :]
-        a_sum = torch.zeros(heads, C, C, dtype=F64)
-        m_sum = torch.zeros_like(a_sum)
-        for blk in range(1, C // BLOCK):
-            r = blk * BLOCK
-            own = ((rows // BLOCK == blk) & same[:, r])[None, :, None]
-            before = ((rows < r) & same[:, r])[None, :, None]
-            down = (gamma - gamma[:, r:r + 1]).exp()
-            up = (gamma[:, r:r + 1] - gamma).exp()
-            lk = rounded(torch.where(own, kw * down, 0.0), rounding and torch.float16)
-            lq = rounded(torch.where(own, qw * down, 0.0), rounding and torch.float16)
-            rk = rounded(torch.where(before, kw * up, 0.0), rounding and torch.float16)
-            a_sum += lk @ rk.mT
-            m_sum += lq @ rk.mT
-        for blk in range(C // BLOCK):
-            inside = slice(blk * BLOCK, blk * BLOCK + BLOCK)
-            a_sum[:, inside, inside] += block_pairs(kw[:, inside], kw[:, inside], gamma[:, inside], rounding)
-            m_sum[:, inside, inside] += block_pairs(qw[:, inside], kw[:, inside], gamma[:, inside], rounding)
+        a_sum, m_sum = blocks_form(qw, kw, gamma, seg, rounding)
+        fits, a_fold, m_fold = window_fold(qw, kw, gamma, seg, rounding)
+        a_sum = torch.where(fits[:, None, None], a_fold, a_sum)
+        m_sum = torch.where(fits[:, None, None], m_fold, m_sum)
         a = torch.where(same & (rows[None, :] < rows[:, None]), bw[:, :, None] * a_sum, 0.0)
         mm = torch.where(same & (rows[None, :] <= rows[:, None]), scale * m_sum, 0.0)
         eye = torch.eye(C, dtype=F64)

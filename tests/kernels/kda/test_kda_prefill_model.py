@@ -11,7 +11,7 @@ import torch
 
 from tileops.cases import GATE_KINDS, log_decays
 from tileops.reference import recurrent_delta_rule
-from tests.kernels.kda.prefill_model import F64, chain, first_pass
+from tests.kernels.kda.prefill_model import C, F64, blocks_form, chain, first_pass, window_fold
 
 GATES = GATE_KINDS + ("strong",)  # "steep" puts every block's in-block pairs on the one-by-one form
 
@@ -106,3 +106,29 @@ def test_without_the_delta_rule_the_schedule_is_gla(kind, lengths):
     ref_o, ref_final = reference(q, k, v, g, None, h0, bounds, scale=0.3)
     assert relative(o, ref_o) <= 1e-12
     assert relative(final, ref_final) <= 1e-12
+
+
+@pytest.mark.parametrize("kind", GATES)
+def test_the_whole_window_fold_where_the_gates_allow_it(kind):
+    """Under the benchmark's, weak, zero and Mamba-initialised gates (nearly) every window takes the
+    one fold, and with the GPU's operand roundings its K Kᵀ and Q Kᵀ land at least ten times closer
+    to float64 than the blocks' form; under steep and strong gates (spans past 2^±FOLD_REACH) no
+    window does. 32 heads of one window, K = 128."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(32, C, 128, generator=gen, dtype=F64)
+    k = torch.nn.functional.normalize(torch.randn(32, C, 128, generator=gen, dtype=F64), dim=-1)
+    gamma = gates(kind, (32, C, 128), gen).cumsum(1)
+    seg = torch.zeros(C, dtype=torch.long)
+    fits, a_fold, m_fold = window_fold(q, k, gamma, seg, torch.bfloat16)
+    if kind in ("steep", "strong"):
+        assert not fits.any()
+        return
+    assert fits.float().mean() >= 0.9
+    lower = torch.ones(C, C, dtype=torch.bool).tril()
+    pair = (gamma[:, :, None, :] - gamma[:, None, :, :]).clamp(max=0).exp()
+    a_blocks, m_blocks = blocks_form(q, k, gamma, seg, torch.bfloat16)
+    for x, fold, blocks in ((k, a_fold, a_blocks), (q, m_fold, m_blocks)):
+        exact = torch.einsum("hic,hjc,hijc->hij", x, k, pair)[fits]
+        fold_error = relative(torch.where(lower, fold[fits], 0.0), torch.where(lower, exact, 0.0))
+        blocks_error = relative(torch.where(lower, blocks[fits], 0.0), torch.where(lower, exact, 0.0))
+        assert fold_error <= blocks_error / 10, (fold_error, blocks_error)

@@ -14,12 +14,16 @@ state's decay over each segment, e^{γ_end} per channel in fp32: row w of ``deca
 that ends window w, row W + n for sequence n's last (W windows). The walk reads the one it needs.
 Without the delta rule (GLA: no β, no A, no solve) it writes M, Q_o, K_s and the decays only.
 
-The gated products (docs/kda-gated-products.md): the 16-row blocks I > 0 meet the rows before
-them through one tensor-core product each, of K ⊙ e^{γ − γ_r} (block I's rows, r its first) and
-K ⊙ e^{γ_r − γ} (the rows before r), every factor at most 1, in fp16; a factor whose row lies in
-another sequence than r is zero, so no pair crosses a sequence. Inside a block the pairs take the
-tensor cores about the block's middle row, each operand in two bf16 parts, or, where the decays
-leave that form's range, are formed one by one in fp32 (``blocks.channel_pairs``).
+The gated products (docs/kda-gated-products.md). Where every channel's γ spans at most
+2^{±FOLD_REACH} about its midpoint ρ over the window (99–100 % of windows under weak and
+Mamba-initialised gates), the whole window is one fold: X ⊙ 2^{γ − ρ} against K ⊙ 2^{ρ − γ}, each operand in two
+bf16 parts, three tensor-core products; the masks drop the pairs across sequences and above the
+diagonal. Elsewhere the 16-row blocks I > 0 meet the rows before them through one product each,
+of K ⊙ e^{γ − γ_r} (block I's rows, r its first) and K ⊙ e^{γ_r − γ} (the rows before r), every
+factor at most 1, in fp16; a factor whose row lies in another sequence than r is zero, so no pair
+crosses a sequence. Inside a block the pairs take the tensor cores about the block's middle row,
+each operand in two bf16 parts, or, where the decays leave that form's range, are formed one by
+one in fp32 (``blocks.channel_pairs``).
 """
 
 import math
@@ -54,6 +58,10 @@ SCAN_ROWS = 16  # rows of γ the scan reads at once: a load from the tile it wri
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 THREADS = HALVES * WARPGROUP
+FOLD_REACH = 100  # the largest half-span of a channel's γ (base 2) that the whole-window fold takes:
+# every operand then stays within 2^{±100} of its input, finite for inputs below 2^27 (the fp16
+# operands of the blocks' form overflow past 2^16)
+FAR = 3.0e38  # above any γ: the empty range's ends
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
@@ -98,11 +106,13 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     pairs = block_pairs(C, K, delta)
 
     @T.macro
-    def rows(g, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx):
+    def rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx):
         """Per row: its sequence, the sequence's first and last row in the window, whether it is the
         sequence's last token, and β; per (row, channel) the log decay, transformed as the flags say
-        and no lower than LOG_DECAY_FLOOR (zero outside the sequences), into ``gam_s`` [K, C] in base
-        2: every factor the pass forms is then one exp2."""
+        and no lower than LOG_DECAY_FLOOR, into ``gam_s`` [K, C] in base 2: every factor the pass forms
+        is then one exp2. The rows outside the sequences are the scan's to drop: masked here, by the
+        rows' table that other threads write, a barrier stood before the gate's use, and nvcc sank
+        the gate's loads past it, each to its own use (nine round trips to memory a window)."""
         seg = T.alloc_var("int32")
         s_beg = T.alloc_var("int32")
         s_end = T.alloc_var("int32")
@@ -135,38 +145,100 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                     b_s[tx] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
                 else:
                     b_s[tx] = raw_b
-        # All loads at once into registers: loaded inside the loop below, each load sat under the
-        # row's test and was waited on in turn.
-        g_f = T.alloc_fragment([C, K], accum)
-        T.copy(g[t0:t0 + C, hv, :], g_f)
         for i, c in T.Parallel(C, K):
             raw = g_f[i, c]
             log_decay = channel_gate_transform(raw + dt_bias[hv * K + c], a_log[hv], lower_bound) if gate_in_kernel else raw
-            gam_s[c, i] = T.if_then_else(seg_s[i] >= 0, T.max(log_decay, LOG_DECAY_FLOOR) * LOG2_E, 0.0)
+            gam_s[c, i] = T.max(log_decay, LOG_DECAY_FLOOR) * LOG2_E  # rows outside the sequences: the scan's
 
     @T.macro
-    def scan(gam_s, beg_s, last_s, decay, hv, w, tx):
-        """γ: each channel's running sum down the window, restarting at each sequence's first row;
-        on the way, the state's decay over each segment: at a sequence's last token into its row
-        W + n of ``decay``, at the window's last row into row w."""
+    def scan(gam_s, seg_s, beg_s, last_s, rho_s, fit_s, decay, hv, w, tx):
+        """γ: each channel's running sum down the window, restarting at each sequence's first row and
+        adding nothing on rows outside the sequences; on the way, the state's decay over each
+        segment: at a sequence's last token into its row W + n of ``decay``, at the window's last
+        row into row w. Each channel's midpoint ρ of γ over the rows inside into ``rho_s``; a
+        channel whose half-span exceeds FOLD_REACH clears ``fit_s[0]`` (set by the caller)."""
         run = T.alloc_var(accum)
+        low = T.alloc_var(accum)
+        high = T.alloc_var(accum)
         g_l = T.alloc_local([SCAN_ROWS], accum)
         beg_l = T.alloc_local([SCAN_ROWS], "int32")
         last_l = T.alloc_local([SCAN_ROWS], "int32")
+        in_l = T.alloc_local([SCAN_ROWS], "int32")
         if tx < K:
             run = 0.0
+            low = FAR
+            high = -FAR
             for b in T.serial(C // SCAN_ROWS):
                 for u in T.unroll(SCAN_ROWS, explicit=True):
-                    g_l[u] = gam_s[tx, b * SCAN_ROWS + u]
+                    in_l[u] = T.if_then_else(seg_s[b * SCAN_ROWS + u] >= 0, 1, 0)
+                    g_l[u] = T.if_then_else(in_l[u] > 0, gam_s[tx, b * SCAN_ROWS + u], 0.0)
                     beg_l[u] = beg_s[b * SCAN_ROWS + u]
                     last_l[u] = last_s[b * SCAN_ROWS + u]
                 for u in T.unroll(SCAN_ROWS, explicit=True):
                     i = b * SCAN_ROWS + u
                     run = T.if_then_else(beg_l[u] == i, 0.0, run) + g_l[u]
                     gam_s[tx, i] = run
+                    if in_l[u] > 0:
+                        low = T.min(low, run)
+                        high = T.max(high, run)
                     if last_l[u] >= 0:
                         decay[hv, T.ceildiv(tokens, C) + last_l[u], tx] = T.exp2(run)
             decay[hv, w, tx] = T.exp2(gam_s[tx, T.min(tokens - w * C, C) - 1])
+            rho_s[tx] = T.if_then_else(high < low, 0.0, (low + high) * 0.5)
+            if high - low > 2 * FOLD_REACH:
+                fit_s[0] = 0
+
+    @T.macro
+    def split_fill(hi_s, lo_s, x_s, gam_s, rho_s, seg_s, c0, left, tx):
+        """Channels c0 .. c0 + K / 2 − 1 of x ⊙ 2^{γ − ρ} (``left``) or x ⊙ 2^{ρ − γ}, rows outside
+        the sequences zero, in two bf16 parts: its rounding into ``hi_s``, the rest's into ``lo_s``.
+        As in ``scaled_rows``, a thread forms VEC channels of a row and stores 16 bytes a tile; a
+        warp's lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
+        groups = K // 2 // VEC  # of a row's half
+        warp_groups = WARP // ROWS_A_WARP
+        lane_rows = tx % ROWS_A_WARP
+        x_l = T.alloc_local([VEC], accum)
+        hi_l = T.alloc_local([VEC], "bfloat16")
+        for it in T.unroll(C * groups // THREADS):
+            item = it * THREADS + tx
+            i = item // (groups * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
+            g0 = (tx % WARP // ROWS_A_WARP + warp_groups * (item // WARP % (groups // warp_groups))) * VEC
+            inside = seg_s[i] >= 0
+            for v in T.unroll(VEC, explicit=True):
+                e = gam_s[c0 + g0 + v, i] - rho_s[c0 + g0 + v]
+                x_l[v] = T.if_then_else(inside, T.cast(x_s[i, c0 + g0 + v], accum) * T.exp2(e if left else -e), 0.0)
+                hi_l[v] = T.cast(x_l[v], "bfloat16")
+            for v in T.vectorized(VEC):
+                hi_s[i, g0 + v] = hi_l[v]
+            for v in T.vectorized(VEC):
+                lo_s[i, g0 + v] = T.cast(x_l[v] - T.cast(hi_l[v], accum), "bfloat16")
+
+    @T.macro
+    def split_products(hi_s, lo_s, khi_s, klo_s, acc, first):
+        """acc (+)= hi·khiᵀ + lo·khiᵀ + hi·kloᵀ: each term to about 2^-16 of itself."""
+        T.gemm(hi_s, khi_s, acc, transpose_B=True, clear_accum=first)
+        T.gemm(lo_s, khi_s, acc, transpose_B=True)
+        T.gemm(hi_s, klo_s, acc, transpose_B=True)
+
+    @T.macro
+    def window_fold(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx):
+        """Q Kᵀ into ``m_f`` and (with the delta rule) K Kᵀ into ``a_f`` over the whole window in one
+        fold: x̃_i = x_i ⊙ 2^{γ_i − ρ} against k̃_j = k_j ⊙ 2^{ρ − γ_j}, ρ each channel's midpoint
+        (any constant per channel cancels), every factor within 2^{±FOLD_REACH}; half of the
+        channels at a time, so that the four bf16 tiles take the earlier blocks' shared memory.
+        Entries above the diagonal or across sequences may overflow: the caller's masks drop them."""
+        for part in T.unroll(2):
+            c0 = part * (K // 2)
+            split_fill(khi_s, klo_s, k_s, gam_s, rho_s, seg_s, c0, False, tx)
+            split_fill(hi_s, lo_s, q_s, gam_s, rho_s, seg_s, c0, True, tx)
+            T.sync_threads()
+            split_products(hi_s, lo_s, khi_s, klo_s, m_f, part == 0)
+            if delta:
+                T.sync_threads()
+                split_fill(hi_s, lo_s, k_s, gam_s, rho_s, seg_s, c0, True, tx)
+                T.sync_threads()
+                split_products(hi_s, lo_s, khi_s, klo_s, a_f, part == 0)
+            T.sync_threads()
 
     @T.macro
     def both_halves(a_s, d_s, a_f, m_f):
@@ -181,7 +253,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     @T.macro
     def scaled_rows(dst_s, x_s, gam_s, seg_s, first, rows, r, after, tx):
         """Rows first .. first + rows − 1 of x (those of r's sequence) times e^{γ − γ_r} (``after``:
-        rows after r) or e^{γ_r − γ} (rows before r) into the same rows of ``dst_s``, in fp16. A
+        rows after r) or e^{γ_r − γ} (rows before r) into the same rows of ``dst_s`` (two tiles, the
+        first and second half of the channels), in fp16. A
         thread takes 8 channels of a row, so that it reads γ_r once and stores 16 bytes; a warp's
         lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
         groups = K // VEC  # of a row
@@ -202,13 +275,23 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 for v in T.unroll(VEC, explicit=True):
                     g_i = gam_s[c0 + v, i]
                     x_l[v] = T.if_then_else(own, T.cast(x_s[i, c0 + v], accum) * T.exp2(T.if_then_else(after, g_i - g_r[v], g_r[v] - g_i)), 0.0)
-                for v in T.vectorized(VEC):
-                    dst_s[i, c0 + v] = T.cast(x_l[v], operand)
+                if c0 < K // 2:
+                    for v in T.vectorized(VEC):
+                        dst_s[0][i, c0 + v] = T.cast(x_l[v], operand)
+                else:
+                    for v in T.vectorized(VEC):
+                        dst_s[1][i, c0 - K // 2 + v] = T.cast(x_l[v], operand)
 
     @T.macro
     def fold(x_s, gam_s, seg_s, left_s, blk, tx):
         """Block ``blk``'s rows of x (of r's sequence) times e^{γ − γ_r} into its rows of ``left_s``."""
         scaled_rows(left_s, x_s, gam_s, seg_s, blk * BLOCK, BLOCK, blk * BLOCK, True, tx)
+
+    @T.macro
+    def halves_product(left_s, rk_s, acc, first):
+        """acc (+)= left · rkᵀ, each operand two tiles of half the channels."""
+        T.gemm(left_s[0], rk_s[0], acc, transpose_B=True, clear_accum=first)
+        T.gemm(left_s[1], rk_s[1], acc, transpose_B=True)
 
     @T.macro
     def earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f, tx):
@@ -218,19 +301,22 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         most 1 (elsewhere the exponent may overflow). Only the rows that hold something are
         written: the rows before r on the right (those after it stay zero), block I's on the left
         (the block before it zeroed)."""
-        T.clear(left_s)
-        T.clear(rk_s)
+        T.clear(left_s[0])
+        T.clear(left_s[1])
+        T.clear(rk_s[0])
+        T.clear(rk_s[1])
         for blk in range(1, C // BLOCK):  # traced once per block: r and the first product's clear are constants
             r = blk * BLOCK
             scaled_rows(rk_s, k_s, gam_s, seg_s, 0, r, r, False, tx)
             if blk > 1:
-                for i, c in T.Parallel(BLOCK, K):
-                    left_s[r - BLOCK + i, c] = T.cast(0.0, operand)
+                for i, c in T.Parallel(BLOCK, K // 2):
+                    left_s[0][r - BLOCK + i, c] = T.cast(0.0, operand)
+                    left_s[1][r - BLOCK + i, c] = T.cast(0.0, operand)
             if delta:
                 fold(k_s, gam_s, seg_s, left_s, blk, tx)
-                T.gemm(left_s, rk_s, a_f, transpose_B=True, clear_accum=blk == 1)
+                halves_product(left_s, rk_s, a_f, blk == 1)
             fold(q_s, gam_s, seg_s, left_s, blk, tx)
-            T.gemm(left_s, rk_s, m_f, transpose_B=True, clear_accum=blk == 1)
+            halves_product(left_s, rk_s, m_f, blk == 1)
 
     @T.macro
     def store8(out, values, hv, t, c0):
@@ -273,8 +359,14 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         q_s = T.alloc_shared([C, K + ODD_ROW], dtype)
         k_s = T.alloc_shared([C, K + ODD_ROW], dtype)
         gam_s = T.alloc_shared([K, C + 1], accum)  # γ by channel: a thread's scan down a row hits its own bank
-        left_s = T.alloc_shared([C, K], operand)
-        rk_s = T.alloc_shared([C, K], operand)
+        # The products' operand tiles, each of half the channels: the blocks' fp16 ones, whose
+        # memory the whole-window fold takes as bf16 (x̃ and k̃ in two parts each).
+        left_a = T.alloc_shared([C, K // 2], operand)
+        left_b = T.alloc_shared([C, K // 2], operand)
+        rk_a = T.alloc_shared([C, K // 2], operand)
+        rk_b = T.alloc_shared([C, K // 2], operand)
+        hi_s, lo_s = T.view(left_a, dtype="bfloat16"), T.view(left_b, dtype="bfloat16")
+        khi_s, klo_s = T.view(rk_a, dtype="bfloat16"), T.view(rk_b, dtype="bfloat16")
         m_f = T.alloc_fragment([C, C], accum)
         d_s = T.alloc_shared([C, C + PAD], accum)
         m_s = T.alloc_shared([C, C + ROW_PAD], dtype)
@@ -290,11 +382,19 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         beg_s = T.alloc_shared([C], "int32")
         end_s = T.alloc_shared([C], "int32")
         last_s = T.alloc_shared([C], "int32")
+        rho_s = T.alloc_shared([K], accum)
+        fit_s = T.alloc_shared([1], "int32")
         tx = T.get_thread_binding()
 
+        # g's loads first, into registers, beside the tiles': with no barrier before their use (the
+        # scan drops the rows outside the sequences), every load of the window issues before the first store.
+        g_f = T.alloc_fragment([C, K], accum)
+        T.copy(g[t0:t0 + C, hv, :], g_f)
         T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
         T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
-        rows(g, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx)
+        rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx)
+        if tx == 0:
+            fit_s[0] = 1
         if l2norm:
             rnorm(k_s[0:C, 0:K], rk_n)
             rnorm(q_s[0:C, 0:K], rq_n)
@@ -302,12 +402,19 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             for i in T.Parallel(C):
                 rk_n[i] = 1.0
                 rq_n[i] = 1.0
-        scan(gam_s, beg_s, last_s, decay, hv, w, tx)
-        earlier_blocks(q_s, k_s, gam_s, seg_s, left_s, rk_s, a_f, m_f, tx)
+        scan(gam_s, seg_s, beg_s, last_s, rho_s, fit_s, decay, hv, w, tx)
         T.sync_threads()
-        pairs(q_s, k_s, gam_s, a_s if delta else d_s, d_s, tx)
+        # A span past FOLD_REACH: the blocks about their first rows, the pairs about their middle
+        # ones. Two branches in turn, so that the pairs' tiles may take the operand tiles' memory.
+        if fit_s[0] == 1:
+            window_fold(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx)
+        else:
+            earlier_blocks(q_s, k_s, gam_s, seg_s, (left_a, left_b), (rk_a, rk_b), a_f, m_f, tx)
         T.sync_threads()
-        both_halves(a_s, d_s, a_f, m_f)
+        if fit_s[0] == 0:
+            pairs(q_s, k_s, gam_s, a_s if delta else d_s, d_s, tx)
+            T.sync_threads()
+            both_halves(a_s, d_s, a_f, m_f)
         for i, j in T.Parallel(C, C):
             pair = seg_s[i] == seg_s[j]
             if delta:
