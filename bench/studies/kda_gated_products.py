@@ -51,7 +51,7 @@ import numpy as np
 
 from wy_inverse_precision import rounded  # noqa: E402  (a sibling study: run from its folder's parent)
 
-from tileops.kernels.programs.chunk_prep_channel import FOLD_REACH as WHOLE_REACH  # the kernel's reach
+from tileops.kernels.blocks.window_fold import FOLD_REACH as WHOLE_REACH  # the kernel's reach
 
 C, B, K = 64, 16, 128  # chunk, sub-chunk, key width
 LOWER_BOUND = -5.0

@@ -23,7 +23,7 @@ import torch
 
 from tileops.kernels.blocks.channel_pairs import LIMIT as PAIRS_LIMIT
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
-from tileops.kernels.programs.chunk_prep_channel import FOLD_REACH
+from tileops.kernels.blocks.window_fold import FOLD_REACH
 
 F64 = torch.float64
 C = 64

@@ -35,6 +35,7 @@ from tileops.kernels.blocks.channel_pairs import block_pairs
 from tileops.kernels.blocks.entry import Sequences, kernel_entry
 from tileops.kernels.blocks.solve_tril import upper_clear, wy_solve
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR, channel_gate_transform, row_rnorm
+from tileops.kernels.blocks.window_fold import FOLD_REACH, ROWS_A_WARP, VEC, window_fold
 from tileops.kernels.blocks.wy_merge import BLOCK, HALF_TYPES, SCRATCH_LD, SOURCE
 from tileops.kernels.hardware import WARP, WARPGROUP
 from tileops.kernels.plans.tiles import PAD, ROW_PAD
@@ -42,8 +43,6 @@ from tileops.kernels.plans.tiles import PAD, ROW_PAD
 ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
 # that a warp reads in one channel in 16 banks
 LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
-VEC = 8  # elements a thread forms and stores in one go: 16 bytes of the 16-bit operands
-ROWS_A_WARP = 8  # rows a warp's lanes take in those loops, 4 channel groups each: their reads of γ fall in 32 banks
 STORE8 = r"""
 namespace tileops_gdn {
 // Eight fp32 values rounded to the 16-bit type H, as one 16-byte store (dst 16-byte aligned).
@@ -58,9 +57,6 @@ SCAN_ROWS = 16  # rows of γ the scan reads at once: a load from the tile it wri
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 THREADS = HALVES * WARPGROUP
-FOLD_REACH = 100  # the largest half-span of a channel's γ (base 2) that the whole-window fold takes:
-# every operand then stays within 2^{±100} of its input, finite for inputs below 2^27 (the fp16
-# operands of the blocks' form overflow past 2^16)
 FAR = 3.0e38  # above any γ: the empty range's ends
 
 
@@ -104,6 +100,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     solve = wy_solve(C, dtype)
     clear = upper_clear(C)
     pairs = block_pairs(C, K, delta)
+    whole_window = window_fold(C, K, THREADS, delta)
 
     @T.macro
     def rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx):
@@ -187,58 +184,6 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             rho_s[tx] = T.if_then_else(high < low, 0.0, (low + high) * 0.5)
             if high - low > 2 * FOLD_REACH:
                 fit_s[0] = 0
-
-    @T.macro
-    def split_fill(hi_s, lo_s, x_s, gam_s, rho_s, seg_s, c0, left, tx):
-        """Channels c0 .. c0 + K / 2 − 1 of x ⊙ 2^{γ − ρ} (``left``) or x ⊙ 2^{ρ − γ}, rows outside
-        the sequences zero, in two bf16 parts: its rounding into ``hi_s``, the rest's into ``lo_s``.
-        As in ``scaled_rows``, a thread forms VEC channels of a row and stores 16 bytes a tile; a
-        warp's lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
-        groups = K // 2 // VEC  # of a row's half
-        warp_groups = WARP // ROWS_A_WARP
-        lane_rows = tx % ROWS_A_WARP
-        x_l = T.alloc_local([VEC], accum)
-        hi_l = T.alloc_local([VEC], "bfloat16")
-        for it in T.unroll(C * groups // THREADS):
-            item = it * THREADS + tx
-            i = item // (groups * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
-            g0 = (tx % WARP // ROWS_A_WARP + warp_groups * (item // WARP % (groups // warp_groups))) * VEC
-            inside = seg_s[i] >= 0
-            for v in T.unroll(VEC, explicit=True):
-                e = gam_s[c0 + g0 + v, i] - rho_s[c0 + g0 + v]
-                x_l[v] = T.if_then_else(inside, T.cast(x_s[i, c0 + g0 + v], accum) * T.exp2(e if left else -e), 0.0)
-                hi_l[v] = T.cast(x_l[v], "bfloat16")
-            for v in T.vectorized(VEC):
-                hi_s[i, g0 + v] = hi_l[v]
-            for v in T.vectorized(VEC):
-                lo_s[i, g0 + v] = T.cast(x_l[v] - T.cast(hi_l[v], accum), "bfloat16")
-
-    @T.macro
-    def split_products(hi_s, lo_s, khi_s, klo_s, acc, first):
-        """acc (+)= hi·khiᵀ + lo·khiᵀ + hi·kloᵀ: each term to about 2^-16 of itself."""
-        T.gemm(hi_s, khi_s, acc, transpose_B=True, clear_accum=first)
-        T.gemm(lo_s, khi_s, acc, transpose_B=True)
-        T.gemm(hi_s, klo_s, acc, transpose_B=True)
-
-    @T.macro
-    def window_fold(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx):
-        """Q Kᵀ into ``m_f`` and (with the delta rule) K Kᵀ into ``a_f`` over the whole window in one
-        fold: x̃_i = x_i ⊙ 2^{γ_i − ρ} against k̃_j = k_j ⊙ 2^{ρ − γ_j}, ρ each channel's midpoint
-        (any constant per channel cancels), every factor within 2^{±FOLD_REACH}; half of the
-        channels at a time, so that the four bf16 tiles take the earlier blocks' shared memory.
-        Entries above the diagonal or across sequences may overflow: the caller's masks drop them."""
-        for part in T.unroll(2):
-            c0 = part * (K // 2)
-            split_fill(khi_s, klo_s, k_s, gam_s, rho_s, seg_s, c0, False, tx)
-            split_fill(hi_s, lo_s, q_s, gam_s, rho_s, seg_s, c0, True, tx)
-            T.sync_threads()
-            split_products(hi_s, lo_s, khi_s, klo_s, m_f, part == 0)
-            if delta:
-                T.sync_threads()
-                split_fill(hi_s, lo_s, k_s, gam_s, rho_s, seg_s, c0, True, tx)
-                T.sync_threads()
-                split_products(hi_s, lo_s, khi_s, klo_s, a_f, part == 0)
-            T.sync_threads()
 
     @T.macro
     def both_halves(a_s, d_s, a_f, m_f):
@@ -407,7 +352,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         # A span past FOLD_REACH: the blocks about their first rows, the pairs about their middle
         # ones. Two branches in turn, so that the pairs' tiles may take the operand tiles' memory.
         if fit_s[0] == 1:
-            window_fold(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx)
+            whole_window(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx)
         else:
             earlier_blocks(q_s, k_s, gam_s, seg_s, (left_a, left_b), (rk_a, rk_b), a_f, m_f, tx)
         T.sync_threads()
