@@ -7,6 +7,9 @@
 #   [OP=deltanet|kda|gla|none] [AGREE=0] [AGREE_K=pytest -k] [TUNE_SETS="float16:128 bfloat16:64"] bash bench/h200.sh [ab|exact|pieces|tune|test|bench|decode|cold|all] [trials]
 # TUNE_SETS: the dtype:width pairs to tune (default: the preset's own); TUNE_SHAPES: the rows to tune
 # (tileops-tune's --shapes, e.g. h16:train-B4xT4096xH16; default: the family's preset).
+# TUNE_FROM: a folder holding the tuning.db and tuning.optuna.db (and their -wal files) that an
+# earlier call left in its $OUT, carried with this one: the tune goes on from there, every config
+# measured there read back, not measured again, so a tune longer than a call runs in slices.
 # Before, on the CPU machine, compile what the GPU would otherwise compile first (a prefill
 # program takes ~25 s there) and pack it to travel with the call:
 #   export TILELANG_CACHE_DIR=$PWD/.tlcache
@@ -60,8 +63,16 @@ if [ "$STEP" = pieces ]; then
     timeout 120 python3 bench/studies/call_timeline.py --op deltanet 2>&1 | grep -v -E "INFO|WARNING" | tee -a "$OUT/pieces.log"
 fi
 if [ "$STEP" = tune ] || [ "$STEP" = all ]; then
-    # The shipped rows first, so that the export below keeps the keys this run does not tune.
-    python3 -m tileops.cli.db import tileops/snapshots/sm90.jsonl 2>&1 | tail -n 1 | tee "$OUT/tune.log"
+    if [ -n "${TUNE_FROM:-}" ]; then
+        # The earlier slice's database holds the shipped rows already, and winners that replace some.
+        # With their write-ahead logs: a call cut short leaves its last commits there.
+        cp "$TUNE_FROM"/tuning.db "$TUNE_FROM"/tuning.optuna.db "$OUT/" || exit 1
+        cp "$TUNE_FROM"/tuning.db-wal "$TUNE_FROM"/tuning.optuna.db-wal "$OUT/" 2>/dev/null || true
+        echo "going on from $TUNE_FROM" | tee "$OUT/tune.log"
+    else
+        # The shipped rows first, so that the export below keeps the keys this run does not tune.
+        python3 -m tileops.cli.db import tileops/snapshots/sm90.jsonl 2>&1 | tail -n 1 | tee "$OUT/tune.log"
+    fi
     start=$(date +%s)
     for set in $TUNE_SETS; do
         args=()
