@@ -16,23 +16,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 
 import torch
 
-from tileops.cases import log_decays
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-F64 = torch.float64
+from tileops.cases import log_decays  # noqa: E402
+from tests.kernels.kda.prefill_model import F64, rounded, split_bf16  # noqa: E402  (the kernel model's roundings)
+
 C, BLOCK, K = 64, 16, 128
 
 
 def bf16(x: torch.Tensor) -> torch.Tensor:
-    return x.to(torch.float32).to(torch.bfloat16).to(F64)
-
-
-def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x = x.to(torch.float32)
-    hi = x.to(torch.bfloat16)
-    return hi.to(F64), (x - hi.to(torch.float32)).to(torch.bfloat16).to(F64)
+    return rounded(x.to(torch.float32), torch.bfloat16)
 
 
 def blocks_form(d_a, q, gamma, pair):
@@ -66,7 +64,7 @@ def main() -> None:
         low, high = gamma.amin(1, keepdim=True), gamma.amax(1, keepdim=True)
         rho = (low + high) / 2
         folded = q * (gamma - rho).exp()
-        hi, lo = split(folded)
+        hi, lo = split_bf16(folded)
         forms = {"blocks (today)": blocks_form(d_a, q, gamma, pair),
                  "fold, bf16": (rho - gamma).exp() * (d_a.mT @ bf16(folded)),
                  "fold, bf16 x 2": (rho - gamma).exp() * (d_a.mT @ hi + d_a.mT @ lo)}

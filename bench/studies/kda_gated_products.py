@@ -147,8 +147,6 @@ def form(diagonal: str, bits: int, ref_offset: int, diagonal_bits: int = None):
     return product
 
 
-
-
 def whole_chunk_fits(gamma: np.ndarray) -> bool:
     """Whether every channel's factors about its midpoint stay within 2^{±WHOLE_REACH}."""
     return float(np.max(gamma[0] - gamma[-1])) / 2 * np.log2(np.e) <= WHOLE_REACH
