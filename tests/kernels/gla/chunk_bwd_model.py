@@ -20,22 +20,49 @@ block against the rows before it about its first row r (dq: e^{γ_t − γ_r} �
 or after it about its last row e (dk: e^{γ_e − γ_s} ⊙ (dAᵀ · (q ⊙ e^{γ_t − γ_e}))), every factor at
 most 1, one tensor-core product each; the products' operand is carried from block to block (the
 rows already in take the decay between the two reference rows, the next block's rows join with
-their own factors); the pairs inside a block one by one.
+their own factors); the pairs inside a block one by one. In bf16 (``fold``) a chunk whose every
+channel's γ spans at most 2^{±FOLD_REACH} about its midpoint ρ takes one fold instead:
+e^{ρ − γ_s} ⊙ (dAᵀ (q ⊙ e^{γ − ρ})) for dk, e^{γ_t − ρ} ⊙ (dA (k ⊙ e^{ρ − γ})) for dq.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
+
+from tileops.kernels.programs.chunk_prep_channel import FOLD_REACH
 
 F64 = torch.float64
 C, BLOCK = 64, 16
 
 
-def gated_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later: bool) -> torch.Tensor:
+def folded_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later: bool,
+                rounding: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gated_rows`` as one fold about each channel's midpoint ρ of γ: e^{ρ − γ_s} ⊙ (dAᵀ (x ⊙ e^{γ − ρ}))
+    (``later``) or e^{γ_t − ρ} ⊙ (dA (x ⊙ e^{ρ − γ})), with ``rounding`` the operand in two bf16 parts;
+    and which heads fit (every channel's half-span within FOLD_REACH, base 2)."""
+    rho = (gamma[:, :1] + gamma[:, -1:]) / 2  # γ falls down the chunk
+    fits = ((gamma[:, 0] - gamma[:, -1]) * math.log2(math.e) <= 2 * FOLD_REACH).all(-1)
+    offset = torch.where(fits[:, None, None], gamma - rho, 0.0)  # heads that do not fit: unused
+    operand = x * (offset if later else -offset).exp()
+    if rounding is not None:
+        operand32 = operand.to(torch.float32)
+        hi = operand32.to(torch.bfloat16)
+        operand = hi.to(F64) + (operand32 - hi.to(torch.float32)).to(torch.bfloat16).to(F64)
+    product = d_a.mT @ operand if later else d_a @ operand
+    return fits, (-offset if later else offset).exp() * product
+
+
+def gated_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later: bool,
+               fold: bool = False, rounding: Optional[torch.dtype] = None) -> torch.Tensor:
     """Σ_{s ≤ t} d_a[t, s] x_s ⊙ e^{γ_t − γ_s} for every row t ([C, K], heads first), or with
-    ``later`` Σ_{t ≥ s} d_a[t, s] x_t ⊙ e^{γ_t − γ_s} for every row s, by 16-row blocks."""
+    ``later`` Σ_{t ≥ s} d_a[t, s] x_t ⊙ e^{γ_t − γ_s} for every row s: with ``fold`` (the kernel's
+    bf16 form) one fold for the heads whose decays allow it; by 16-row blocks otherwise."""
+    if fold:
+        fits, folded = folded_rows(d_a, x, gamma, later=later, rounding=rounding)
+        return torch.where(fits[:, None, None], folded, gated_rows(d_a, x, gamma, later=later))
     out = torch.zeros_like(x)
     rows = torch.arange(C)
     carried = torch.zeros_like(x)  # the rows before (dq) or after (dk) the block, about its reference row
@@ -69,11 +96,13 @@ def gated_rows(d_a: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, *, later
 
 
 def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float,
-              rounding: Optional[torch.dtype] = None):
+              rounding: Optional[torch.dtype] = None, fold: bool = False):
     """(dq, dk, dv, dg) [B, T, H, ·] for equal lengths T a multiple of C, from the forward's
     h [B, T / C + 1, H, K, V]. ``rounding`` (a 16-bit dtype) rounds what the kernels hand the
     tensor cores in it: dA, M, K_s and the states S_c and dS_{c+1} of the products, and dS_{c+1}
-    where the walk stores it (dg's term past the chunk takes S_{c+1} in fp32)."""
+    where the walk stores it (dg's term past the chunk takes S_{c+1} in fp32). ``fold``: the gated
+    sums over tokens as one fold where the decays allow it (the kernel's form in bf16), its operand
+    in two bf16 parts when rounding."""
     def r(x):
         return x if rounding is None else x.to(rounding).to(F64)
 
@@ -107,9 +136,10 @@ def chunk_bwd(q, k, v, g, h, do, dht: Optional[torch.Tensor], *, scale: float,
             span = slice(c * C, (c + 1) * C)
             d_a = r(scale * torch.where(causal[None], x["do"] @ x["v"].mT, 0.0))
             dv[b, span] = (r(x["m"]).mT @ x["do"] + r(x["ks"]) @ r(d_next)).transpose(0, 1)
-            dq_c = scale * x["gamma"].exp() * (x["do"] @ r(state).mT) + gated_rows(d_a, x["k"], x["gamma"], later=False)
+            dq_c = (scale * x["gamma"].exp() * (x["do"] @ r(state).mT)
+                    + gated_rows(d_a, x["k"], x["gamma"], later=False, fold=fold, rounding=rounding))
             dk_c = ((x["gamma"][:, -1:] - x["gamma"]).exp() * (x["v"] @ r(d_next).mT)
-                    + gated_rows(d_a, x["q"], x["gamma"], later=True))
+                    + gated_rows(d_a, x["q"], x["gamma"], later=True, fold=fold, rounding=rounding))
             dq[b, span], dk[b, span] = dq_c.transpose(0, 1), dk_c.transpose(0, 1)
             past_end = (h[b, c + 1] * r(d_next)).sum(-1)  # [H, K]
             dg[b, span] = ((x["q"] * dq_c - x["k"] * dk_c).flip(1).cumsum(1).flip(1)

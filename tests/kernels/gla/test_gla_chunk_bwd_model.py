@@ -33,14 +33,15 @@ def autograd_grads(q, k, v, g, h0, do, dht, scale):
     return torch.autograd.grad(loss, inputs)
 
 
+@pytest.mark.parametrize("fold", [False, True], ids=["blocks", "fold"])
 @pytest.mark.parametrize("kind", GATES)
 @pytest.mark.parametrize("with_state, with_dht", [(True, True), (False, False), (False, True)],
                          ids=["state-dht", "neither", "dht"])
-def test_the_chunked_backward_is_the_recurrences_gradient(kind, with_state, with_dht):
+def test_the_chunked_backward_is_the_recurrences_gradient(kind, with_state, with_dht, fold):
     scale = 0.3
     q, k, v, g, h0, do, dht = call(kind, with_state, with_dht)
     _, _, h = chunk_gla(q, k, v, g, scale=scale, initial_state=h0, chunk_size=C)
-    ours = chunk_bwd(q, k, v, g, h, do, dht, scale=scale)
+    ours = chunk_bwd(q, k, v, g, h, do, dht, scale=scale, fold=fold)
     expected = autograd_grads(q, k, v, g, h0, do, dht, scale)
     for name, x, y in zip(("dq", "dk", "dv"), ours, expected):
         assert relative(x, y) <= 1e-12, (name, relative(x, y))
@@ -95,7 +96,29 @@ def test_dg_errs_as_little_as_dq_when_every_term_takes_the_same_rounded_ds(round
         q, k, v, g, do = (x.to(rounding).to(F64) for x in (q, k, v, g, do))
         _, _, h = chunk_gla(q, k, v, g, scale=scale, chunk_size=C)
         exact = chunk_bwd(q, k, v, g, h, do, dht, scale=scale)
-        rounded = chunk_bwd(q, k, v, g, h.float().to(F64), do, dht, scale=scale, rounding=rounding)
+        rounded = chunk_bwd(q, k, v, g, h.float().to(F64), do, dht, scale=scale, rounding=rounding,
+                            fold=rounding == torch.bfloat16)
         for name, x, y in zip(("dq", "dk", "dv", "dg"), rounded, exact):
             worst[name] = max(worst.get(name, 0.0), relative(x, y))
     assert max(worst.values()) <= 2 * torch.finfo(rounding).eps, worst
+
+
+@pytest.mark.parametrize("kind", ["benchmark", "weak", "mamba", "zero", "steep"])
+@pytest.mark.parametrize("later", [False, True], ids=["dq", "dk"])
+def test_the_folded_sums_keep_about_16_bits_where_the_chunk_fits(kind, later):
+    """On the same bf16 dA, the fold's operand in two bf16 parts lands within 2e-5 of the exact sum
+    (one bf16 part: about 2e-3, the blocks' bf16 operands about 1e-3; bench/studies/gla_grads_fold.py);
+    steep gates fit no chunk and keep the blocks' form."""
+    from tests.kernels.gla.chunk_bwd_model import folded_rows, gated_rows
+
+    gen = torch.Generator().manual_seed(2)
+    d_a = torch.randn(8, C, C, generator=gen, dtype=F64).tril().to(torch.bfloat16).to(F64)
+    x = torch.randn(8, C, 128, generator=gen, dtype=F64)
+    gamma = gates(kind, (8, C, 128), gen).cumsum(1)
+    exact = gated_rows(d_a, x, gamma, later=later)
+    fits, folded = folded_rows(d_a, x, gamma, later=later, rounding=torch.bfloat16)
+    if kind == "steep":
+        assert not fits.any()
+        return
+    assert fits.any()
+    assert relative(folded[fits], exact[fits]) <= 2e-5

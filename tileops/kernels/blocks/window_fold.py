@@ -39,15 +39,18 @@ def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
         warp_groups = WARP // ROWS_A_WARP
         lane_rows = tx % ROWS_A_WARP
         x_l = T.alloc_local([VEC], accum)
+        xv_l = T.alloc_local([VEC], x_s.dtype)
         hi_l = T.alloc_local([VEC], "bfloat16")
         for it in T.unroll(C * groups // THREADS):
             item = it * THREADS + tx
             i = item // (groups * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
             g0 = (tx % WARP // ROWS_A_WARP + warp_groups * (item // WARP % (groups // warp_groups))) * VEC
             inside = seg_s[i] >= 0
+            for v in T.vectorized(VEC):
+                xv_l[v] = x_s[i, c0 + g0 + v]
             for v in T.unroll(VEC, explicit=True):
                 e = gam_s[c0 + g0 + v, i] - rho_s[c0 + g0 + v]
-                x_l[v] = T.if_then_else(inside, T.cast(x_s[i, c0 + g0 + v], accum) * T.exp2(e if left else -e), 0.0)
+                x_l[v] = T.if_then_else(inside, T.cast(xv_l[v], accum) * T.exp2(e if left else -e), 0.0)
                 hi_l[v] = T.cast(x_l[v], "bfloat16")
             for v in T.vectorized(VEC):
                 hi_s[i, g0 + v] = hi_l[v]

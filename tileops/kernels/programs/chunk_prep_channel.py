@@ -40,8 +40,9 @@ from tileops.kernels.blocks.wy_merge import BLOCK, HALF_TYPES, SCRATCH_LD, SOURC
 from tileops.kernels.hardware import WARP, WARPGROUP
 from tileops.kernels.plans.tiles import PAD, ROW_PAD
 
-ODD_ROW = 2  # elements padding each row of the q and k tiles: a row of 65 words puts the 16 rows
-# that a warp reads in one channel in 16 banks
+ROW_SKEW = 8  # elements padding each row of the q and k tiles: rows of 16-byte units, loaded, read
+# and filled 16 bytes at a time, each row 4 banks on from the one before (a warp's 8 rows of one
+# 16-byte unit meet no bank twice)
 LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
 STORE8 = r"""
 namespace tileops_gdn {
@@ -58,6 +59,7 @@ HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency,
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 THREADS = HALVES * WARPGROUP
 FAR = 3.0e38  # above any γ: the empty range's ends
+SPAN_BITS = 8  # a row's first row of its sequence in the window below, its last above
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
@@ -103,9 +105,10 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     whole_window = window_fold(C, K, THREADS, delta)
 
     @T.macro
-    def rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx):
-        """Per row: its sequence, the sequence's first and last row in the window, whether it is the
-        sequence's last token, and β; per (row, channel) the log decay, transformed as the flags say
+    def rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, span_s, hv, t0, tx):
+        """Per row: its sequence, and in ``span_s`` the sequence's first row in the window and, on
+        bits 8 and up, its last row there or C where it goes on past the window (a row is its
+        sequence's last token where that equals its own index); and β; per (row, channel) the log decay, transformed as the flags say
         and no lower than LOG_DECAY_FLOOR, into ``gam_s`` [K, C] in base 2: every factor the pass forms
         is then one exp2. The rows outside the sequences are the scan's to drop: masked here, by the
         rows' table that other threads write, a barrier stood before the gate's use, and nvcc sank
@@ -133,9 +136,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 s_end = s_beg + bounds
             inside = t < s_end and t < tokens and s_beg <= t
             seg_s[tx] = T.if_then_else(inside, seg, -1 - tx)  # rows outside meet no other row
-            beg_s[tx] = T.max(s_beg - t0, 0)
-            end_s[tx] = T.max(T.min(s_end - t0, C) - 1, 0)
-            last_s[tx] = T.if_then_else(inside and t == s_end - 1, seg, -1)
+            span_s[tx] = T.max(s_beg - t0, 0) + (T.max(T.min(s_end - t0 - 1, C), 0) << SPAN_BITS)
             if delta:
                 raw_b = T.if_then_else(inside, beta[T.min(t, tokens - 1), hv], 0.0)
                 if beta_sigmoid:
@@ -148,7 +149,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             gam_s[c, i] = T.max(log_decay, LOG_DECAY_FLOOR) * LOG2_E  # rows outside the sequences: the scan's
 
     @T.macro
-    def scan(gam_s, seg_s, beg_s, last_s, rho_s, fit_s, decay, hv, w, tx):
+    def scan(gam_s, seg_s, span_s, rho_s, fit_s, decay, hv, w, tx):
         """γ: each channel's running sum down the window, restarting at each sequence's first row and
         adding nothing on rows outside the sequences; on the way, the state's decay over each
         segment: at a sequence's last token into its row W + n of ``decay``, at the window's last
@@ -169,8 +170,9 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 for u in T.unroll(SCAN_ROWS, explicit=True):
                     in_l[u] = T.if_then_else(seg_s[b * SCAN_ROWS + u] >= 0, 1, 0)
                     g_l[u] = T.if_then_else(in_l[u] > 0, gam_s[tx, b * SCAN_ROWS + u], 0.0)
-                    beg_l[u] = beg_s[b * SCAN_ROWS + u]
-                    last_l[u] = last_s[b * SCAN_ROWS + u]
+                    span = span_s[b * SCAN_ROWS + u]
+                    beg_l[u] = span & ((1 << SPAN_BITS) - 1)
+                    last_l[u] = T.if_then_else(in_l[u] > 0 and (span >> SPAN_BITS) == b * SCAN_ROWS + u, seg_s[b * SCAN_ROWS + u], -1)
                 for u in T.unroll(SCAN_ROWS, explicit=True):
                     i = b * SCAN_ROWS + u
                     run = T.if_then_else(beg_l[u] == i, 0.0, run) + g_l[u]
@@ -209,6 +211,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         c0 = group * VEC
         g_r = T.alloc_local([VEC], accum)
         x_l = T.alloc_local([VEC], accum)
+        xv_l = T.alloc_local([VEC], dtype)
         for v in T.unroll(VEC, explicit=True):
             g_r[v] = gam_s[c0 + v, r]
         seg_r = seg_s[r]
@@ -217,9 +220,11 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             if item < rows * groups:  # at K = 64 a pass takes 32 rows, more than a block holds
                 i = first + item // (groups * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
                 own = seg_s[i] == seg_r
+                for v in T.vectorized(VEC):
+                    xv_l[v] = x_s[i, c0 + v]
                 for v in T.unroll(VEC, explicit=True):
                     g_i = gam_s[c0 + v, i]
-                    x_l[v] = T.if_then_else(own, T.cast(x_s[i, c0 + v], accum) * T.exp2(T.if_then_else(after, g_i - g_r[v], g_r[v] - g_i)), 0.0)
+                    x_l[v] = T.if_then_else(own, T.cast(xv_l[v], accum) * T.exp2(T.if_then_else(after, g_i - g_r[v], g_r[v] - g_i)), 0.0)
                 if c0 < K // 2:
                     for v in T.vectorized(VEC):
                         dst_s[0][i, c0 + v] = T.cast(x_l[v], operand)
@@ -269,7 +274,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         T.call_extern("handle", f"tileops_gdn::store8<{HALF_TYPES[dtype]}>", T.address_of(out[hv, t, c0]), values.data)
 
     @T.macro
-    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx, threads):
+    def decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, span_s, qo, kx, ks, hv, t0, tx, threads):
         """Q_o, K_s and (with the delta rule) K_x into their outputs, by ``threads`` threads (``tx``
         counted from the first of them): a thread forms VEC channels of a row, their factors shared,
         and stores each output's 16 bytes at once (element by element, every store took a 64-bit
@@ -277,18 +282,24 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         q_l = T.alloc_local([VEC], accum)
         kx_l = T.alloc_local([VEC], accum)
         ks_l = T.alloc_local([VEC], accum)
+        qv_l = T.alloc_local([VEC], dtype)
+        kv_l = T.alloc_local([VEC], dtype)
         warps = threads // WARP
         for p in T.serial(C // (warps * ROWS_A_WARP)):
             i = (p * warps + tx // WARP) * ROWS_A_WARP + tx % ROWS_A_WARP
             for it in T.serial(K // VEC // (WARP // ROWS_A_WARP)):
                 c0 = (it * (WARP // ROWS_A_WARP) + tx % WARP // ROWS_A_WARP) * VEC
                 if t0 + i < tokens:
-                    end = end_s[i]
+                    end = T.min(span_s[i] >> SPAN_BITS, C - 1)
+                    for v in T.vectorized(VEC):
+                        qv_l[v] = q_s[i, c0 + v]
+                    for v in T.vectorized(VEC):
+                        kv_l[v] = k_s[i, c0 + v]
                     for v in T.unroll(VEC, explicit=True):
                         g_i = gam_s[c0 + v, i]
                         from_start = T.exp2(g_i)
-                        key = rk_n[i] * T.cast(k_s[i, c0 + v], accum)
-                        q_l[v] = scale * rq_n[i] * T.cast(q_s[i, c0 + v], accum) * from_start
+                        key = rk_n[i] * T.cast(kv_l[v], accum)
+                        q_l[v] = scale * rq_n[i] * T.cast(qv_l[v], accum) * from_start
                         if delta:
                             kx_l[v] = key * from_start
                         ks_l[v] = key * T.exp2(gam_s[c0 + v, end] - g_i)
@@ -301,8 +312,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, qo, kx, ks, decay, hv, w):
         h = hv // group
         t0 = w * C
-        q_s = T.alloc_shared([C, K + ODD_ROW], dtype)
-        k_s = T.alloc_shared([C, K + ODD_ROW], dtype)
+        q_s = T.alloc_shared([C, K + ROW_SKEW], dtype)
+        k_s = T.alloc_shared([C, K + ROW_SKEW], dtype)
         gam_s = T.alloc_shared([K, C + 1], accum)  # γ by channel: a thread's scan down a row hits its own bank
         # The products' operand tiles, each of half the channels: the blocks' fp16 ones, whose
         # memory the whole-window fold takes as bf16 (x̃ and k̃ in two parts each).
@@ -324,9 +335,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         rk_n = T.alloc_shared([C], accum)
         rq_n = T.alloc_shared([C], accum)
         seg_s = T.alloc_shared([C], "int32")
-        beg_s = T.alloc_shared([C], "int32")
-        end_s = T.alloc_shared([C], "int32")
-        last_s = T.alloc_shared([C], "int32")
+        span_s = T.alloc_shared([C], "int32")
         rho_s = T.alloc_shared([K], accum)
         fit_s = T.alloc_shared([1], "int32")
         tx = T.get_thread_binding()
@@ -337,7 +346,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         T.copy(g[t0:t0 + C, hv, :], g_f)
         T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
         T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
-        rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, beg_s, end_s, last_s, hv, t0, tx)
+        rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, span_s, hv, t0, tx)
         if tx == 0:
             fit_s[0] = 1
         if l2norm:
@@ -347,7 +356,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             for i in T.Parallel(C):
                 rk_n[i] = 1.0
                 rq_n[i] = 1.0
-        scan(gam_s, seg_s, beg_s, last_s, rho_s, fit_s, decay, hv, w, tx)
+        scan(gam_s, seg_s, span_s, rho_s, fit_s, decay, hv, w, tx)
         T.sync_threads()
         # A span past FOLD_REACH: the blocks about their first rows, the pairs about their middle
         # ones. Two branches in turn, so that the pairs' tiles may take the operand tiles' memory.
@@ -374,13 +383,13 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             if tx < WARPGROUP:
                 solve(a_s, d_s, w_s, tx)
             else:
-                decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx - WARPGROUP, WARPGROUP)
+                decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, span_s, qo, kx, ks, hv, t0, tx - WARPGROUP, WARPGROUP)
             T.sync_threads()
             for i, j in T.Parallel(C, C):
                 if t0 + i < tokens:
                     tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
         else:
-            decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, end_s, qo, kx, ks, hv, t0, tx, THREADS)
+            decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, span_s, qo, kx, ks, hv, t0, tx, THREADS)
 
     @T.macro
     def grid(q, k, g, beta, a_log, dt_bias, tp, m_out, qo, kx, ks, decay, seqs):
