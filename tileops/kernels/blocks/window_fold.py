@@ -28,34 +28,49 @@ def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
     tiles; the caller syncs before."""
     C, K, THREADS = chunk, dim_k, threads
     accum = "float32"
+    GROUPS = K // 2 // VEC  # channel groups of a row's half
+    assert THREADS % WARP == 0 and C * GROUPS % THREADS == 0
+
+    def channel_group(tx):
+        """The first of thread ``tx``'s VEC channels in every item of a fill (the same for all: an
+        item's group is fixed by the thread's lane and warp), counted from the half's first."""
+        return (tx % WARP // ROWS_A_WARP + WARP // ROWS_A_WARP * (tx // WARP % (GROUPS // (WARP // ROWS_A_WARP)))) * VEC
 
     @T.macro
-    def split_fill(hi_s, lo_s, x_s, gam_s, rho_s, seg_s, c0, left, tx):
-        """Channels c0 .. c0 + K / 2 − 1 of x ⊙ 2^{γ − ρ} (``left``) or x ⊙ 2^{ρ − γ}, rows outside
-        the sequences zero, in two bf16 parts: its rounding into ``hi_s``, the rest's into ``lo_s``.
-        As the first pass's ``scaled_rows``, a thread forms VEC channels of a row and stores 16 bytes
-        a tile; a warp's lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
-        groups = K // 2 // VEC  # of a row's half
-        warp_groups = WARP // ROWS_A_WARP
-        lane_rows = tx % ROWS_A_WARP
+    def scaled_parts(dst_hi, dst_lo, x_s, e_l, i, c0, g0, inside, left):
+        """Row i's VEC channels c0 + g0 .. of x ⊙ 2^{±e} (``left``: +), zero outside the sequences,
+        its rounding to bf16 into ``dst_hi`` and the rest's into ``dst_lo``, 16 bytes a tile."""
         x_l = T.alloc_local([VEC], accum)
         xv_l = T.alloc_local([VEC], x_s.dtype)
         hi_l = T.alloc_local([VEC], "bfloat16")
-        for it in T.unroll(C * groups // THREADS):
-            item = it * THREADS + tx
-            i = item // (groups * ROWS_A_WARP) * ROWS_A_WARP + lane_rows
-            g0 = (tx % WARP // ROWS_A_WARP + warp_groups * (item // WARP % (groups // warp_groups))) * VEC
+        for v in T.vectorized(VEC):
+            xv_l[v] = x_s[i, c0 + g0 + v]
+        for v in T.unroll(VEC, explicit=True):
+            x_l[v] = T.if_then_else(inside, T.cast(xv_l[v], accum) * T.exp2(e_l[v] if left else -e_l[v]), 0.0)
+            hi_l[v] = T.cast(x_l[v], "bfloat16")
+        for v in T.vectorized(VEC):
+            dst_hi[i, g0 + v] = hi_l[v]
+        for v in T.vectorized(VEC):
+            dst_lo[i, g0 + v] = T.cast(x_l[v] - T.cast(hi_l[v], accum), "bfloat16")
+
+    @T.macro
+    def split_fill(hi_s, lo_s, x_s, khi_s, klo_s, k_s, gam_s, rho_l, seg_s, c0, tx):
+        """Channels c0 .. c0 + K / 2 − 1 of x ⊙ 2^{γ − ρ} into ``hi_s`` and ``lo_s`` and, given
+        ``k_s``, of k ⊙ 2^{ρ − γ} into ``khi_s`` and ``klo_s``, each in two bf16 parts, rows outside
+        the sequences zero. γ is read once for both operands, ρ (``rho_l``: the thread's VEC
+        channels) once by the caller. As the first pass's ``scaled_rows``, a thread forms VEC
+        channels of a row and stores 16 bytes a tile; a warp's lanes take 8 rows and 4 channel
+        groups, whose reads of γ fall in 32 banks."""
+        e_l = T.alloc_local([VEC], accum)
+        g0 = channel_group(tx)
+        for it in T.unroll(C * GROUPS // THREADS):
+            i = (it * THREADS + tx) // (GROUPS * ROWS_A_WARP) * ROWS_A_WARP + tx % ROWS_A_WARP
             inside = seg_s[i] >= 0
-            for v in T.vectorized(VEC):
-                xv_l[v] = x_s[i, c0 + g0 + v]
             for v in T.unroll(VEC, explicit=True):
-                e = gam_s[c0 + g0 + v, i] - rho_s[c0 + g0 + v]
-                x_l[v] = T.if_then_else(inside, T.cast(xv_l[v], accum) * T.exp2(e if left else -e), 0.0)
-                hi_l[v] = T.cast(x_l[v], "bfloat16")
-            for v in T.vectorized(VEC):
-                hi_s[i, g0 + v] = hi_l[v]
-            for v in T.vectorized(VEC):
-                lo_s[i, g0 + v] = T.cast(x_l[v] - T.cast(hi_l[v], accum), "bfloat16")
+                e_l[v] = gam_s[c0 + g0 + v, i] - rho_l[v]
+            scaled_parts(hi_s, lo_s, x_s, e_l, i, c0, g0, inside, True)
+            if k_s is not None:
+                scaled_parts(khi_s, klo_s, k_s, e_l, i, c0, g0, inside, False)
 
     @T.macro
     def split_products(hi_s, lo_s, khi_s, klo_s, acc, first):
@@ -71,17 +86,19 @@ def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
         (any constant per channel cancels), every factor within 2^{±FOLD_REACH}; half of the
         channels at a time, so that the four bf16 tiles take the earlier blocks' shared memory.
         Entries above the diagonal or across sequences may overflow: the caller's masks drop them."""
-        for part in T.unroll(2):
-            c0 = part * (K // 2)
-            split_fill(khi_s, klo_s, k_s, gam_s, rho_s, seg_s, c0, False, tx)
-            split_fill(hi_s, lo_s, q_s, gam_s, rho_s, seg_s, c0, True, tx)
+        rho_l = T.alloc_local([VEC], accum)
+        for half in T.unroll(2):
+            c0 = half * (K // 2)
+            for v in T.unroll(VEC, explicit=True):
+                rho_l[v] = rho_s[c0 + channel_group(tx) + v]
+            split_fill(hi_s, lo_s, q_s, khi_s, klo_s, k_s, gam_s, rho_l, seg_s, c0, tx)
             T.sync_threads()
-            split_products(hi_s, lo_s, khi_s, klo_s, m_f, part == 0)
+            split_products(hi_s, lo_s, khi_s, klo_s, m_f, half == 0)
             if delta:
                 T.sync_threads()
-                split_fill(hi_s, lo_s, k_s, gam_s, rho_s, seg_s, c0, True, tx)
+                split_fill(hi_s, lo_s, k_s, None, None, None, gam_s, rho_l, seg_s, c0, tx)
                 T.sync_threads()
-                split_products(hi_s, lo_s, khi_s, klo_s, a_f, part == 0)
+                split_products(hi_s, lo_s, khi_s, klo_s, a_f, half == 0)
             T.sync_threads()
 
     return fold
