@@ -201,7 +201,8 @@ def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dty
             for i, j in T.Parallel(C, K):
                 dgp_s[i, j] = -T.cast(k_s[i, j], accum) * acc_f[i, j]
 
-            # dq: the state's term, the pairs inside each block, then each block against the rows before it.
+            # dq: the state's term, then the pairs over the whole chunk in one fold where the decays
+            # allow it, else the pairs inside each block and each block against the rows before it.
             for i, j in T.Parallel(K, V):
                 st_s[i, j] = T.cast(T.if_then_else(c > 0 or has_init > 0, h[b, c, hh, i, j], 0.0), dtype)
             T.gemm(do_s, st_s, acc_f, transpose_B=True, clear_accum=True)
