@@ -53,8 +53,6 @@ template <typename H> __device__ __forceinline__ void store8(void* dst, const fl
 }
 }  // namespace tileops_gdn
 """
-SCAN_ROWS = 16  # rows of γ the scan reads at once: a load from the tile it writes cannot pass the
-# stores before it, so read row by row every step waited on its load
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 THREADS = HALVES * WARPGROUP
@@ -98,6 +96,28 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     if not delta:  # no T' and no K_x
         outputs = [outputs[1], outputs[2], outputs[4], outputs[5]]
 
+    PARTS = THREADS // K  # the threads of one key channel in γ's scan, all in one warp
+    R = C // PARTS  # the rows each sums
+    LANES = WARP // PARTS  # a warp's channels
+    assert C == 2 * WARP and PARTS in (2, 4), "a lane per row and half; a channel's parts in one warp"
+
+    def part(tx):
+        """The thread's part of its channel's rows in γ's scan."""
+        return tx % WARP // LANES
+
+    def channel(tx):
+        """The thread's key channel in γ's scan."""
+        return tx // WARP * LANES + tx % LANES
+
+    def has(mask, u):
+        """Whether bit u of a uint32 mask is set (shifts in uint32: TVM's simplifier folds a test
+        against bit 31 into an int32 literal it cannot hold)."""
+        return T.shift_right(mask, T.uint32(u)) & T.uint32(1) != T.uint32(0)
+
+    def none_to(mask, u):
+        """Whether bits 0 .. u of a uint32 mask are all clear."""
+        return T.shift_left(mask, T.uint32(WARP - 1 - u)) == T.uint32(0)
+
     rnorm = row_rnorm(C, K)
     solve = wy_solve(C, dtype)
     clear = upper_clear(C)
@@ -105,22 +125,32 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     whole_window = window_fold(C, K, THREADS, delta)
 
     @T.macro
-    def rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, span_s, hv, t0, tx):
-        """Per row: its sequence, and in ``span_s`` the sequence's first row in the window and, on
-        bits 8 and up, its last row there or C where it goes on past the window (a row is its
-        sequence's last token where that equals its own index); and β; per (row, channel) the log decay, transformed as the flags say
-        and no lower than LOG_DECAY_FLOOR, into ``gam_s`` [K, C] in base 2: every factor the pass forms
-        is then one exp2. The rows outside the sequences are the scan's to drop: masked here, by the
-        rows' table that other threads write, a barrier stood before the gate's use, and nvcc sank
-        the gate's loads past it, each to its own use (nine round trips to memory a window)."""
+    def gate_loads(g, g_l, hv, t0, tx):
+        """The raw gates of the thread's R rows of its channel (zero past the tokens) into ``g_l``;
+        they issue before the tiles' loads."""
+        p, c = part(tx), channel(tx)
+        for u in T.unroll(R, explicit=True):
+            t = t0 + p * R + u
+            g_l[u] = T.if_then_else(t < tokens, g[t, hv, c], 0.0)
+
+    @T.macro
+    def rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx):
+        """Per row: its sequence (``seg_s``, negative outside), and in ``span_s`` the sequence's
+        first row in the window and, on bits SPAN_BITS and up, its last row there or C where it goes
+        on past the window; and β: a lane takes rows lane and lane + 32, and the first warp writes
+        the tables. Every warp keeps, as ballots of its lanes, the rows that begin their sequence
+        (``masks[0]``, rows 0-31, and ``masks[1]``, rows 32-63) and those that end it (2, 3)."""
         seg = T.alloc_var("int32")
         s_beg = T.alloc_var("int32")
         s_end = T.alloc_var("int32")
-        if tx < C:
-            t = t0 + tx
+        lo = T.alloc_var("int32")
+        hi = T.alloc_var("int32")
+        for half in T.unroll(2, explicit=True):
+            i = half * WARP + tx % WARP
+            t = t0 + i
             if varlen:  # the sequence holding token t: a binary search of cu_seqlens
-                lo = T.alloc_var("int32", init=0)
-                hi = T.alloc_var("int32", init=nseq)
+                lo = 0
+                hi = nseq
                 while hi - lo > 1:
                     mid = (lo + hi) >> 1
                     if bounds[mid] <= t:
@@ -135,57 +165,90 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                 s_beg = seg * bounds
                 s_end = s_beg + bounds
             inside = t < s_end and t < tokens and s_beg <= t
-            seg_s[tx] = T.if_then_else(inside, seg, -1 - tx)  # rows outside meet no other row
-            span_s[tx] = T.max(s_beg - t0, 0) + (T.max(T.min(s_end - t0 - 1, C), 0) << SPAN_BITS)
-            if delta:
-                raw_b = T.if_then_else(inside, beta[T.min(t, tokens - 1), hv], 0.0)
-                if beta_sigmoid:
-                    b_s[tx] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
-                else:
-                    b_s[tx] = raw_b
-        for i, c in T.Parallel(C, K):
-            raw = g_f[i, c]
-            log_decay = channel_gate_transform(raw + dt_bias[hv * K + c], a_log[hv], lower_bound) if gate_in_kernel else raw
-            gam_s[c, i] = T.max(log_decay, LOG_DECAY_FLOOR) * LOG2_E  # rows outside the sequences: the scan's
+            masks[half] = T.cast(T.ballot(inside and t == s_beg), "uint32")
+            masks[2 + half] = T.cast(T.ballot(inside and t == s_end - 1), "uint32")
+            if tx < WARP:
+                seg_s[i] = T.if_then_else(inside, seg, -1 - i)  # rows outside meet no other row
+                span_s[i] = T.max(s_beg - t0, 0) + (T.max(T.min(s_end - t0 - 1, C), 0) << SPAN_BITS)
+                if delta:
+                    raw_b = T.if_then_else(inside, beta[T.min(t, tokens - 1), hv], 0.0)
+                    if beta_sigmoid:
+                        b_s[i] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
+                    else:
+                        b_s[i] = raw_b
+
+    def part_bits(masks, kind, p):
+        """Part p's R bits of a window mask (``kind``: 0 starts, 2 ends), from bit 0."""
+        bits = masks[kind + p * R // WARP] if isinstance(p, int) else T.if_then_else(p * R < WARP, masks[kind], masks[kind + 1])
+        if R == WARP:
+            return bits
+        return T.shift_right(T.shift_left(bits, T.uint32(WARP - R) - T.cast(p * R % WARP, "uint32")), T.uint32(WARP - R))
 
     @T.macro
-    def scan(gam_s, seg_s, span_s, rho_s, fit_s, decay, hv, w, tx):
-        """γ: each channel's running sum down the window, restarting at each sequence's first row and
-        adding nothing on rows outside the sequences; on the way, the state's decay over each
-        segment: at a sequence's last token into its row W + n of ``decay``, at the window's last
-        row into row w. Each channel's midpoint ρ of γ over the rows inside into ``rho_s``; a
-        channel whose half-span exceeds FOLD_REACH clears ``fit_s[0]`` (set by the caller)."""
+    def scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx):
+        """γ: each channel's running sum down the window in base 2, restarting at each sequence's
+        first row and adding nothing on rows outside the sequences, into ``gam_s`` [K, C]; the
+        state's decay over the window into row w of ``decay``; each channel's midpoint ρ of γ over
+        the rows inside into ``rho_s``; each warp's ``fit_s`` entry 1 where no channel of it spans
+        more than 2^{±FOLD_REACH}. The PARTS lanes of a channel each sum R rows in registers from
+        zero, then add, from the lanes before them, what enters their rows before their first
+        restart. The sequences' ends are ``segment_decays``'s, past the barrier."""
+        p, c = part(tx), channel(tx)
+        starts = T.alloc_var("uint32")
+        starts = part_bits(masks, 0, p)
+        last = T.min(tokens - t0, C) - 1  # the window's last row inside the sequences, which end at the tokens' end
         run = T.alloc_var(accum)
+        run = 0.0
+        for u in T.unroll(R, explicit=True):
+            if gate_in_kernel:  # a raw zero past the tokens is no zero after the transform
+                step = T.if_then_else(p * R + u <= last, T.max(channel_gate_transform(
+                    g_l[u] + dt_bias[hv * K + c], a_log[hv], lower_bound), LOG_DECAY_FLOOR) * LOG2_E, 0.0)
+            else:
+                step = T.max(g_l[u], LOG_DECAY_FLOOR) * LOG2_E
+            run = T.if_then_else(has(starts, u), 0.0, run) + step
+            g_l[u] = run
+        carry = T.alloc_var(accum)
+        into = T.alloc_var(accum)  # γ entering part q
+        carry = 0.0
+        into = 0.0
+        for q in T.unroll(PARTS, explicit=True):
+            carry = T.if_then_else(p == q, into, carry)
+            into = T.if_then_else(part_bits(masks, 0, q) != T.uint32(0), 0.0, into) + T.shfl_sync(run, tx % LANES + q * LANES)
         low = T.alloc_var(accum)
         high = T.alloc_var(accum)
-        g_l = T.alloc_local([SCAN_ROWS], accum)
-        beg_l = T.alloc_local([SCAN_ROWS], "int32")
-        last_l = T.alloc_local([SCAN_ROWS], "int32")
-        in_l = T.alloc_local([SCAN_ROWS], "int32")
-        if tx < K:
-            run = 0.0
-            low = FAR
-            high = -FAR
-            for b in T.serial(C // SCAN_ROWS):
-                for u in T.unroll(SCAN_ROWS, explicit=True):
-                    in_l[u] = T.if_then_else(seg_s[b * SCAN_ROWS + u] >= 0, 1, 0)
-                    g_l[u] = T.if_then_else(in_l[u] > 0, gam_s[tx, b * SCAN_ROWS + u], 0.0)
-                    span = span_s[b * SCAN_ROWS + u]
-                    beg_l[u] = span & ((1 << SPAN_BITS) - 1)
-                    last_l[u] = T.if_then_else(in_l[u] > 0 and (span >> SPAN_BITS) == b * SCAN_ROWS + u, seg_s[b * SCAN_ROWS + u], -1)
-                for u in T.unroll(SCAN_ROWS, explicit=True):
-                    i = b * SCAN_ROWS + u
-                    run = T.if_then_else(beg_l[u] == i, 0.0, run) + g_l[u]
-                    gam_s[tx, i] = run
-                    if in_l[u] > 0:
-                        low = T.min(low, run)
-                        high = T.max(high, run)
-                    if last_l[u] >= 0:
-                        decay[hv, T.ceildiv(tokens, C) + last_l[u], tx] = T.exp2(run)
-            decay[hv, w, tx] = T.exp2(gam_s[tx, T.min(tokens - w * C, C) - 1])
-            rho_s[tx] = T.if_then_else(high < low, 0.0, (low + high) * 0.5)
-            if high - low > 2 * FOLD_REACH:
-                fit_s[0] = 0
+        at_last = T.alloc_var(accum)
+        low = FAR
+        high = -FAR
+        at_last = 0.0
+        for u in T.unroll(R, explicit=True):  # the rows past the last repeat its γ: no test for them
+            g_l[u] = g_l[u] + T.if_then_else(none_to(starts, u), carry, 0.0)
+            low = T.min(low, g_l[u])
+            high = T.max(high, g_l[u])
+            at_last = T.if_then_else(p * R + u == last, g_l[u], at_last)
+        if last // R == p:
+            decay[hv, w, c] = T.exp2(at_last)
+        for u in T.unroll(R, explicit=True):  # parts 32 rows apart meet in one bank: two ways
+            gam_s[c, p * R + u] = g_l[u]
+        for level in T.unroll(PARTS.bit_length() - 1, explicit=True):  # the channel's PARTS lanes
+            low = T.min(low, T.shfl_xor(low, LANES << level))
+            high = T.max(high, T.shfl_xor(high, LANES << level))
+        if p == 0:
+            rho_s[c] = (low + high) * 0.5
+        wide = T.cast(T.ballot(high - low > 2 * FOLD_REACH), "uint32")
+        if tx % WARP == 0:
+            fit_s[tx // WARP] = T.if_then_else(wide == T.uint32(0), 1, 0)
+
+    @T.macro
+    def segment_decays(g_l, masks, seg_s, decay, hv, tx):
+        """The state's decay over each sequence that ends in the window, from its last row's γ (the
+        thread's registers) into row W + n of ``decay``; after the barrier that publishes ``seg_s``."""
+        p, c = part(tx), channel(tx)
+        ends = T.alloc_var("uint32")
+        ends = part_bits(masks, 2, p)
+        if ends != T.uint32(0):
+            for u in T.unroll(R, explicit=True):
+                if has(ends, u):
+                    decay[hv, T.ceildiv(tokens, C) + seg_s[p * R + u], c] = T.exp2(g_l[u])
 
     @T.macro
     def both_halves(a_s, d_s, a_f, m_f):
@@ -314,7 +377,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         t0 = w * C
         q_s = T.alloc_shared([C, K + ROW_SKEW], dtype)
         k_s = T.alloc_shared([C, K + ROW_SKEW], dtype)
-        gam_s = T.alloc_shared([K, C + 1], accum)  # γ by channel: a thread's scan down a row hits its own bank
+        gam_s = T.alloc_shared([K, C + 1], accum)  # γ by channel: a warp's 8 rows of 4 channel groups in 32 banks
         # The products' operand tiles, each of half the channels: the blocks' fp16 ones, whose
         # memory the whole-window fold takes as bf16 (x̃ and k̃ in two parts each).
         left_a = T.alloc_shared([C, K // 2], operand)
@@ -337,18 +400,17 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         seg_s = T.alloc_shared([C], "int32")
         span_s = T.alloc_shared([C], "int32")
         rho_s = T.alloc_shared([K], accum)
-        fit_s = T.alloc_shared([1], "int32")
+        fit_s = T.alloc_shared([THREADS // WARP], "int32")
         tx = T.get_thread_binding()
 
-        # g's loads first, into registers, beside the tiles': with no barrier before their use (the
-        # scan drops the rows outside the sequences), every load of the window issues before the first store.
-        g_f = T.alloc_fragment([C, K], accum)
-        T.copy(g[t0:t0 + C, hv, :], g_f)
+        # g's loads first, into registers, beside the tiles': every load of the window issues
+        # before the first store.
+        g_l = T.alloc_local([R], accum)
+        masks = T.alloc_local([4], "uint32")
+        gate_loads(g, g_l, hv, t0, tx)
         T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
         T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
-        rows(g_f, beta, a_log, dt_bias, bounds, gam_s, b_s, seg_s, span_s, hv, t0, tx)
-        if tx == 0:
-            fit_s[0] = 1
+        rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx)
         if l2norm:
             rnorm(k_s[0:C, 0:K], rk_n)
             rnorm(q_s[0:C, 0:K], rq_n)
@@ -356,16 +418,21 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             for i in T.Parallel(C):
                 rk_n[i] = 1.0
                 rq_n[i] = 1.0
-        scan(gam_s, seg_s, span_s, rho_s, fit_s, decay, hv, w, tx)
+        scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx)
         T.sync_threads()
+        segment_decays(g_l, masks, seg_s, decay, hv, tx)
+        fit = T.alloc_var("int32")
+        fit = 1
+        for v in T.unroll(THREADS // WARP, explicit=True):
+            fit = fit & fit_s[v]
         # A span past FOLD_REACH: the blocks about their first rows, the pairs about their middle
         # ones. Two branches in turn, so that the pairs' tiles may take the operand tiles' memory.
-        if fit_s[0] == 1:
+        if fit == 1:
             whole_window(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx)
         else:
             earlier_blocks(q_s, k_s, gam_s, seg_s, (left_a, left_b), (rk_a, rk_b), a_f, m_f, tx)
         T.sync_threads()
-        if fit_s[0] == 0:
+        if fit == 0:
             pairs(q_s, k_s, gam_s, a_s if delta else d_s, d_s, tx)
             T.sync_threads()
             both_halves(a_s, d_s, a_f, m_f)
