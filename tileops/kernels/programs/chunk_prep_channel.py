@@ -184,7 +184,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
 
     def part_bits(masks, kind, p):
         """Part p's R bits of a window mask (``kind``: 0 starts, 2 ends), from bit 0."""
-        bits = masks[kind + p * R // WARP] if isinstance(p, int) else T.if_then_else(p * R < WARP, masks[kind], masks[kind + 1])
+        bits = T.if_then_else(p * R < WARP, masks[kind], masks[kind + 1])
         if R == WARP:
             return bits
         return T.shift_right(T.shift_left(bits, T.uint32(WARP - R) - T.cast(p * R % WARP, "uint32")), T.uint32(WARP - R))
