@@ -118,7 +118,7 @@ def report(table: dict, lines: list[str], minimum: float, title: str) -> str:
         if share * 100 < minimum:
             continue
         shown += share
-        top = ", ".join(f"{k} {v / counts['samples']:.0%}" for k, v in
+        top = ", ".join(f"{k} {v / (counts['samples'] or 1.0):.0%}" for k, v in  # a line may hold no sample
                         sorted(((k, v) for k, v in counts.items() if k != "samples"), key=lambda kv: -kv[1])[:2])
         text = lines[number - 1].strip() if 0 < number <= len(lines) else ""
         out.append(f"  {share:6.1%} | {number:5d} | {top:28s} | {text[:110]}")
