@@ -32,7 +32,7 @@ from typing import Optional
 
 import torch
 
-from tileops.kernels.programs.chunk_prep_channel import FOLD_REACH
+from tileops.kernels.blocks.window_fold import FOLD_REACH
 
 F64 = torch.float64
 C, BLOCK = 64, 16

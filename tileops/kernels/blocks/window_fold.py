@@ -21,6 +21,13 @@ VEC = 8  # elements a thread forms and stores in one go: 16 bytes of the 16-bit 
 ROWS_A_WARP = 8  # rows a warp's lanes take in those loops, 4 channel groups each: their reads of γ fall in 32 banks
 
 
+def lane_group(tx, groups: int):
+    """The first of thread ``tx``'s VEC channels in a row of ``groups`` channel groups: a warp's
+    lanes take ROWS_A_WARP rows and WARP / ROWS_A_WARP groups, the warps the groups in turn; the
+    same in every item a thread takes."""
+    return (tx % WARP // ROWS_A_WARP + WARP // ROWS_A_WARP * (tx // WARP % (groups // (WARP // ROWS_A_WARP)))) * VEC
+
+
 def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
     """A macro for ``threads`` threads (``tx``) that forms Q Kᵀ into ``m_f`` and, with ``delta``,
     K Kᵀ into ``a_f`` from the q and k tiles, γ by channel ([K, C] in ``gam_s``), each channel's
@@ -30,11 +37,6 @@ def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
     accum = "float32"
     GROUPS = K // 2 // VEC  # channel groups of a row's half
     assert THREADS % WARP == 0 and C * GROUPS % THREADS == 0
-
-    def channel_group(tx):
-        """The first of thread ``tx``'s VEC channels in every item of a fill (the same for all: an
-        item's group is fixed by the thread's lane and warp), counted from the half's first."""
-        return (tx % WARP // ROWS_A_WARP + WARP // ROWS_A_WARP * (tx // WARP % (GROUPS // (WARP // ROWS_A_WARP)))) * VEC
 
     @T.macro
     def scaled_parts(dst_hi, dst_lo, x_s, e_l, i, c0, g0, inside, left):
@@ -62,7 +64,7 @@ def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
         channels of a row and stores 16 bytes a tile; a warp's lanes take 8 rows and 4 channel
         groups, whose reads of γ fall in 32 banks."""
         e_l = T.alloc_local([VEC], accum)
-        g0 = channel_group(tx)
+        g0 = lane_group(tx, GROUPS)
         for it in T.unroll(C * GROUPS // THREADS):
             i = (it * THREADS + tx) // (GROUPS * ROWS_A_WARP) * ROWS_A_WARP + tx % ROWS_A_WARP
             inside = seg_s[i] >= 0
@@ -90,7 +92,7 @@ def window_fold(chunk: int, dim_k: int, threads: int, delta: bool):
         for half in T.unroll(2):
             c0 = half * (K // 2)
             for v in T.unroll(VEC, explicit=True):
-                rho_l[v] = rho_s[c0 + channel_group(tx) + v]
+                rho_l[v] = rho_s[c0 + lane_group(tx, GROUPS) + v]
             split_fill(hi_s, lo_s, q_s, khi_s, klo_s, k_s, gam_s, rho_l, seg_s, c0, tx)
             T.sync_threads()
             split_products(hi_s, lo_s, khi_s, klo_s, m_f, half == 0)

@@ -27,7 +27,7 @@ from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
 from tileops.kernels.blocks.window_fold import FOLD_REACH
 from tileops.kernels.blocks.wy_merge import BLOCK
 from tileops.kernels.hardware import WARPGROUP
-from tileops.kernels.programs.chunk_prep_channel import LOG2_E  # γ in base 2, as the first pass keeps it
+from tileops.kernels.blocks.channel_cumsum import LOG2_E  # γ in base 2, as the first pass keeps it
 
 
 def grads_channel_program(*, heads: int, dim_k: int, dim_v: int, chunk: int, dtype: str, scale: float):

@@ -26,16 +26,15 @@ each operand in two bf16 parts, or, where the decays leave that form's range, ar
 one in fp32 (``blocks.channel_pairs``).
 """
 
-import math
-
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.blocks.channel_pairs import SOURCE as PAIRS_SOURCE
 from tileops.kernels.blocks.channel_pairs import block_pairs
 from tileops.kernels.blocks.entry import Sequences, kernel_entry
 from tileops.kernels.blocks.solve_tril import upper_clear, wy_solve
-from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR, channel_gate_transform, row_rnorm
-from tileops.kernels.blocks.window_fold import FOLD_REACH, ROWS_A_WARP, VEC, window_fold
+from tileops.kernels.blocks.channel_cumsum import MASK_WORDS, SPAN_BITS, channel_cumsum
+from tileops.kernels.blocks.transforms import row_rnorm
+from tileops.kernels.blocks.window_fold import ROWS_A_WARP, VEC, lane_group, window_fold
 from tileops.kernels.blocks.wy_merge import BLOCK, HALF_TYPES, SCRATCH_LD, SOURCE
 from tileops.kernels.hardware import WARP, WARPGROUP
 from tileops.kernels.plans.tiles import PAD, ROW_PAD
@@ -43,7 +42,6 @@ from tileops.kernels.plans.tiles import PAD, ROW_PAD
 ROW_SKEW = 8  # elements padding each row of the q and k tiles: rows of 16-byte units, loaded, read
 # and filled 16 bytes at a time, each row 4 banks on from the one before (a warp's 8 rows of one
 # 16-byte unit meet no bank twice)
-LOG2_E = math.log2(math.e)  # γ is kept in base 2: each gate factor is one exp2
 STORE8 = r"""
 namespace tileops_gdn {
 // Eight fp32 values rounded to the 16-bit type H, as one 16-byte store (dst 16-byte aligned); no
@@ -57,8 +55,6 @@ template <typename H> __device__ __forceinline__ void store8(void* dst, const fl
 HALVES = 2  # warpgroups a window, two windows an SM: the pass waits on latency, which twice the
 # warps hide (docs/kda-gated-products.md, "Two warpgroups a window")
 THREADS = HALVES * WARPGROUP
-FAR = 3.0e38  # above any γ: the empty range's ends
-SPAN_BITS = 8  # a row's first row of its sequence in the window below, its last above
 
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
@@ -97,163 +93,18 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     if not delta:  # no T' and no K_x
         outputs = [outputs[1], outputs[2], outputs[4], outputs[5]]
 
-    PARTS = THREADS // K  # the threads of one key channel in γ's scan, all in one warp
-    R = C // PARTS  # the rows each sums
-    LANES = WARP // PARTS  # a warp's channels
-    assert C == 2 * WARP and PARTS in (2, 4), "a lane per row and half; a channel's parts in one warp"
-
-    def part(tx):
-        """The thread's part of its channel's rows in γ's scan."""
-        return tx % WARP // LANES
-
-    def channel(tx):
-        """The thread's key channel in γ's scan."""
-        return tx // WARP * LANES + tx % LANES
-
     def norm(table, i):
         """Row i's L2-norm factor (``table``: rq_n or rk_n) where the call asks for it, else 1."""
         return table[i] if l2norm else 1.0
 
-    def has(mask, u):
-        """Whether bit u of a uint32 mask is set (shifts in uint32: TVM's simplifier folds a test
-        against bit 31 into an int32 literal it cannot hold)."""
-        return T.shift_right(mask, T.uint32(u)) & T.uint32(1) != T.uint32(0)
-
-    def none_to(mask, u):
-        """Whether bits 0 .. u of a uint32 mask are all clear."""
-        return T.shift_left(mask, T.uint32(WARP - 1 - u)) == T.uint32(0)
-
+    cumsum = channel_cumsum(chunk=C, dim_k=K, threads=THREADS, tokens=tokens, varlen=varlen, nseq=nseq, delta=delta,
+                            gate_in_kernel=gate_in_kernel, beta_sigmoid=beta_sigmoid, neg_eigval=neg_eigval,
+                            lower_bound=lower_bound)
     rnorm = row_rnorm(C, K)
     solve = wy_solve(C, dtype)
     clear = upper_clear(C)
     pairs = block_pairs(C, K, delta)
     whole_window = window_fold(C, K, THREADS, delta)
-
-    @T.macro
-    def gate_loads(g, g_l, hv, t0, tx):
-        """The raw gates of the thread's R rows of its channel (zero past the tokens) into ``g_l``;
-        they issue before the tiles' loads."""
-        p, c = part(tx), channel(tx)
-        for u in T.unroll(R, explicit=True):
-            t = t0 + p * R + u
-            g_l[u] = T.if_then_else(t < tokens, g[t, hv, c], 0.0)
-
-    @T.macro
-    def rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx):
-        """Per row: its sequence (``seg_s``, negative outside), and in ``span_s`` the sequence's
-        first row in the window and, on bits SPAN_BITS and up, its last row there or C where it goes
-        on past the window; and β: a lane takes rows lane and lane + 32, and the first warp writes
-        the tables. Every warp keeps, as ballots of its lanes, the rows that begin their sequence
-        (``masks[0]``, rows 0-31, and ``masks[1]``, rows 32-63) and those that end it (2, 3)."""
-        seg = T.alloc_var("int32")
-        s_beg = T.alloc_var("int32")
-        s_end = T.alloc_var("int32")
-        lo = T.alloc_var("int32")
-        hi = T.alloc_var("int32")
-        for half in T.unroll(2, explicit=True):
-            i = half * WARP + tx % WARP
-            t = t0 + i
-            if varlen:  # the sequence holding token t: a binary search of cu_seqlens
-                lo = 0
-                hi = nseq
-                while hi - lo > 1:
-                    mid = (lo + hi) >> 1
-                    if bounds[mid] <= t:
-                        lo = mid
-                    else:
-                        hi = mid
-                seg = lo
-                s_beg = bounds[lo]
-                s_end = bounds[lo + 1]
-            else:
-                seg = t // bounds
-                s_beg = seg * bounds
-                s_end = s_beg + bounds
-            inside = t < s_end and t < tokens and s_beg <= t
-            masks[half] = T.cast(T.ballot(inside and t == s_beg), "uint32")
-            masks[2 + half] = T.cast(T.ballot(inside and t == s_end - 1), "uint32")
-            if tx < WARP:
-                seg_s[i] = T.if_then_else(inside, seg, -1 - i)  # rows outside meet no other row
-                span_s[i] = T.max(s_beg - t0, 0) + (T.max(T.min(s_end - t0 - 1, C), 0) << SPAN_BITS)
-                if delta:
-                    raw_b = T.if_then_else(inside, beta[T.min(t, tokens - 1), hv], 0.0)
-                    if beta_sigmoid:
-                        b_s[i] = T.if_then_else(inside, T.sigmoid(raw_b) * (2.0 if neg_eigval else 1.0), 0.0)
-                    else:
-                        b_s[i] = raw_b
-
-    def part_bits(masks, kind, p):
-        """Part p's R bits of a window mask (``kind``: 0 starts, 2 ends), from bit 0."""
-        bits = T.if_then_else(p * R < WARP, masks[kind], masks[kind + 1])
-        if R == WARP:
-            return bits
-        return T.shift_right(T.shift_left(bits, T.uint32(WARP - R) - T.cast(p * R % WARP, "uint32")), T.uint32(WARP - R))
-
-    @T.macro
-    def scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx):
-        """γ: each channel's running sum down the window in base 2, restarting at each sequence's
-        first row and adding nothing on rows outside the sequences, into ``gam_s`` [K, C]; the
-        state's decay over the window into row w of ``decay``; each channel's midpoint ρ of γ over
-        the rows inside into ``rho_s``; each warp's ``fit_s`` entry 1 where no channel of it spans
-        more than 2^{±FOLD_REACH}. The PARTS lanes of a channel each sum R rows in registers from
-        zero, then add, from the lanes before them, what enters their rows before their first
-        restart. The sequences' ends are ``segment_decays``'s, past the barrier."""
-        p, c = part(tx), channel(tx)
-        starts = T.alloc_var("uint32")
-        starts = part_bits(masks, 0, p)
-        last = T.min(tokens - t0, C) - 1  # the window's last row inside the sequences, which end at the tokens' end
-        run = T.alloc_var(accum)
-        run = 0.0
-        for u in T.unroll(R, explicit=True):
-            if gate_in_kernel:  # a raw zero past the tokens is no zero after the transform
-                step = T.if_then_else(p * R + u <= last, T.max(channel_gate_transform(
-                    g_l[u] + dt_bias[hv * K + c], a_log[hv], lower_bound), LOG_DECAY_FLOOR) * LOG2_E, 0.0)
-            else:
-                step = T.max(g_l[u], LOG_DECAY_FLOOR) * LOG2_E
-            run = T.if_then_else(has(starts, u), 0.0, run) + step
-            g_l[u] = run
-        carry = T.alloc_var(accum)
-        into = T.alloc_var(accum)  # γ entering part q
-        carry = 0.0
-        into = 0.0
-        for q in T.unroll(PARTS, explicit=True):
-            carry = T.if_then_else(p == q, into, carry)
-            into = T.if_then_else(part_bits(masks, 0, q) != T.uint32(0), 0.0, into) + T.shfl_sync(run, tx % LANES + q * LANES)
-        low = T.alloc_var(accum)
-        high = T.alloc_var(accum)
-        at_last = T.alloc_var(accum)
-        low = FAR
-        high = -FAR
-        at_last = 0.0
-        for u in T.unroll(R, explicit=True):  # the rows past the last repeat its γ: no test for them
-            g_l[u] = g_l[u] + T.if_then_else(none_to(starts, u), carry, 0.0)
-            low = T.min(low, g_l[u])
-            high = T.max(high, g_l[u])
-            at_last = T.if_then_else(p * R + u == last, g_l[u], at_last)
-        if last // R == p:
-            decay[hv, w, c] = T.exp2(at_last)
-        for u in T.unroll(R, explicit=True):  # parts 32 rows apart meet in one bank: two ways
-            gam_s[c, p * R + u] = g_l[u]
-        for level in T.unroll(PARTS.bit_length() - 1, explicit=True):  # the channel's PARTS lanes
-            low = T.min(low, T.shfl_xor(low, LANES << level))
-            high = T.max(high, T.shfl_xor(high, LANES << level))
-        if p == 0:
-            rho_s[c] = (low + high) * 0.5
-        wide = T.cast(T.ballot(high - low > 2 * FOLD_REACH), "uint32")
-        if tx % WARP == 0:
-            fit_s[tx // WARP] = T.if_then_else(wide == T.uint32(0), 1, 0)
-
-    @T.macro
-    def segment_decays(g_l, masks, seg_s, decay, hv, tx):
-        """The state's decay over each sequence that ends in the window, from its last row's γ (the
-        thread's registers) into row W + n of ``decay``; after the barrier that publishes ``seg_s``."""
-        p, c = part(tx), channel(tx)
-        ends = T.alloc_var("uint32")
-        ends = part_bits(masks, 2, p)
-        if ends != T.uint32(0):
-            for u in T.unroll(R, explicit=True):
-                if has(ends, u):
-                    decay[hv, T.ceildiv(tokens, C) + seg_s[p * R + u], c] = T.exp2(g_l[u])
 
     @T.macro
     def both_halves(a_s, d_s, a_f, m_f):
@@ -273,10 +124,8 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         thread takes 8 channels of a row, so that it reads γ_r once and stores 16 bytes; a warp's
         lanes take 8 rows and 4 channel groups, whose reads of γ fall in 32 banks."""
         groups = K // VEC  # of a row
-        warp_groups = WARP // ROWS_A_WARP  # a warp's groups in a pass
         lane_rows = tx % ROWS_A_WARP
-        group = tx % WARP // ROWS_A_WARP + warp_groups * (tx // WARP % (groups // warp_groups))
-        c0 = group * VEC
+        c0 = lane_group(tx, groups)
         g_r = T.alloc_local([VEC], accum)
         x_l = T.alloc_local([VEC], accum)
         xv_l = T.alloc_local([VEC], dtype)
@@ -413,18 +262,18 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
 
         # g's loads first, into registers, beside the tiles': every load of the window issues
         # before the first store.
-        g_l = T.alloc_local([R], accum)
-        masks = T.alloc_local([4], "uint32")
-        gate_loads(g, g_l, hv, t0, tx)
+        g_l = T.alloc_local([cumsum.rows_held], accum)
+        masks = T.alloc_local([MASK_WORDS], "uint32")
+        cumsum.gate_loads(g, g_l, hv, t0, tx)
         T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
         T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
-        rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx)
+        cumsum.rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx)
         if l2norm:
             rnorm(k_s[0:C, 0:K], rk_n)
             rnorm(q_s[0:C, 0:K], rq_n)
-        scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx)
+        cumsum.scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx)
         T.sync_threads()
-        segment_decays(g_l, masks, seg_s, decay, hv, tx)
+        cumsum.segment_decays(g_l, masks, seg_s, decay, hv, tx)
         fit = T.alloc_var("int32")
         fit = 1
         for v in T.unroll(THREADS // WARP, explicit=True):
