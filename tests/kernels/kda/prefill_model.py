@@ -11,7 +11,8 @@ the decay row its segment reads.
 ``rounding`` (a 16-bit dtype, or None for exact float64) rounds what the GPU rounds: the fold's
 operands to two bf16 parts each, the blocks' off-diagonal operands to fp16, their in-block
 operands to two bf16 parts each, the first pass's outputs to the token dtype, and the walk's 16-bit
-operands (its copy of Sᵀ, Xᵀ and Δᵀ). Products accumulate in float64 either way.
+operands (its copy of Sᵀ, Xᵀ and Δᵀ). Products accumulate in float64 either way. Without the delta
+rule, a window that takes the fold forms Q_o and K_s out of the fold's operands, as the kernel does.
 """
 
 from __future__ import annotations
@@ -93,16 +94,32 @@ def blocks_form(qw, kw, gamma, seg, rounding):
     return a_sum, m_sum
 
 
-def window_fold(qw, kw, gamma, seg, rounding):
+def fold_midpoints(gamma, seg):
     """Whether each head's window takes the whole-window fold (every channel's half-span of γ over
-    the rows inside within FOLD_REACH, base 2), and its K Kᵀ and Q Kᵀ [heads, C, C]: x_i ⊙ e^{γ_i − ρ}
-    against k_j ⊙ e^{ρ − γ_j}, ρ each channel's midpoint, rows outside zero, with ``rounding``
-    each operand in two bf16 parts and three products. Entries the caller masks may overflow."""
+    the rows inside within FOLD_REACH, base 2), and each channel's midpoint ρ [heads, 1, K] (zero
+    where the window does not fit)."""
     inside = (seg >= 0)[None, :, None]
     low = torch.where(inside, gamma, math.inf).amin(1, keepdim=True)
     high = torch.where(inside, gamma, -math.inf).amax(1, keepdim=True)
     fits = ((high - low) * math.log2(math.e) <= 2 * FOLD_REACH).squeeze(1).all(-1)
-    rho = torch.where(fits[:, None, None], (low + high) / 2, 0.0)
+    return fits, torch.where(fits[:, None, None], (low + high) / 2, 0.0)
+
+
+def fold_decayed(qw, kw, gamma, rho, end_row, scale):
+    """Without the delta rule, in a window that fits: Q_o and K_s as the fold's fill forms them, out
+    of its operands, scale q̃ ⊙ e^ρ and k̃ ⊙ e^{γ_end − ρ} (q̃ = q ⊙ e^{γ − ρ}, k̃ = k ⊙ e^{ρ − γ}),
+    in the dtype of the inputs."""
+    offset = gamma - rho
+    return scale * (qw * offset.exp()) * rho.exp(), (kw * (-offset).exp()) * (gamma[:, end_row] - rho).exp()
+
+
+def window_fold(qw, kw, gamma, seg, rounding):
+    """Whether each head's window takes the whole-window fold (``fold_midpoints``), and its K Kᵀ
+    and Q Kᵀ [heads, C, C]: x_i ⊙ e^{γ_i − ρ} against k_j ⊙ e^{ρ − γ_j}, ρ each channel's midpoint,
+    rows outside zero, with ``rounding`` each operand in two bf16 parts and three products.
+    Entries the caller masks may overflow."""
+    inside = (seg >= 0)[None, :, None]
+    fits, rho = fold_midpoints(gamma, seg)
     offset = torch.where(fits[:, None, None], gamma - rho, 0.0)  # windows that do not fit: unused
     up, down = offset.exp(), (-offset).exp()
     right = torch.where(inside, kw * down, 0.0)
@@ -174,9 +191,14 @@ def first_pass(q, k, g, beta, bounds, *, scale, rounding=None):
         if delta:
             tp[:, t0:t0 + n] = rounded(inverse * bw[:, None, :], rounding)[:, :n]
         m[:, t0:t0 + n] = rounded(mm, rounding)[:, :n]
-        qo[:, t0:t0 + n] = rounded(scale * qw * gamma.exp(), rounding)[:, :n]
+        qo_w, ks_w = scale * qw * gamma.exp(), kw * (gamma[:, end_row] - gamma).exp()
+        if not delta:  # where the window fits, the fold's fill forms them
+            fold_qo, fold_ks = fold_decayed(qw, kw, gamma, fold_midpoints(gamma, seg)[1], end_row, scale)
+            qo_w = torch.where(fits[:, None, None], fold_qo, qo_w)
+            ks_w = torch.where(fits[:, None, None], fold_ks, ks_w)
+        qo[:, t0:t0 + n] = rounded(qo_w, rounding)[:, :n]
         kx[:, t0:t0 + n] = rounded(kw * gamma.exp(), rounding)[:, :n]
-        ks[:, t0:t0 + n] = rounded(kw * (gamma[:, end_row] - gamma).exp(), rounding)[:, :n]
+        ks[:, t0:t0 + n] = rounded(ks_w, rounding)[:, :n]
         decay[:, w] = gamma[:, n - 1].exp()
         for i in range(n):
             if t0 + i == ends[i] - 1:

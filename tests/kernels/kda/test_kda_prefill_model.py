@@ -11,7 +11,11 @@ import torch
 
 from tileops.cases import GATE_KINDS, log_decays
 from tileops.reference import recurrent_delta_rule
-from tests.kernels.kda.prefill_model import C, F64, blocks_form, chain, first_pass, window_fold
+import math
+
+from tileops.kernels.blocks.window_fold import FOLD_REACH
+from tests.kernels.kda.prefill_model import (C, F64, blocks_form, chain, first_pass, fold_decayed, fold_midpoints,
+                                             window_fold)
 
 GATES = GATE_KINDS + ("strong",)  # "steep" puts every block's in-block pairs on the one-by-one form
 
@@ -132,3 +136,36 @@ def test_the_whole_window_fold_where_the_gates_allow_it(kind):
         fold_error = relative(torch.where(lower, fold[fits], 0.0), torch.where(lower, exact, 0.0))
         blocks_error = relative(torch.where(lower, blocks[fits], 0.0), torch.where(lower, exact, 0.0))
         assert fold_error <= blocks_error / 10, (fold_error, blocks_error)
+
+
+def test_glas_decayed_operands_out_of_the_fold_keep_fp32_precision():
+    """GLA's Q_o and K_s as the fold's fill forms them, in fp32 (γ − ρ rounded, then q̃ ⊙ e^ρ and
+    k̃ ⊙ e^{γ_end − ρ}), against float64 over the fold's whole reach (half-spans up to FOLD_REACH,
+    base 2) and first rows down to e^-40, fp32's subnormals flushed as the GPU's exp2 flushes them:
+    each element within 2^-15 of itself (γ in fp32 alone costs 2^-16), 1/64 of its bf16 rounding,
+    but for what fp32 cannot hold: where e^ρ underflows, every row of the channel lies below 2^-26
+    and is lost (2^-26 of the input at most)."""
+    gen = torch.Generator().manual_seed(2)
+    heads, dim = 16, 128
+    span = torch.rand(heads, 1, dim, generator=gen, dtype=F64) * 2 * FOLD_REACH * math.log(2)
+    steps = torch.rand(heads, C, dim, generator=gen, dtype=F64)
+    steps[:, 0] = 0.0
+    first = -40 * torch.rand(heads, 1, dim, generator=gen, dtype=F64)
+    gamma = first - steps.cumsum(1) / steps.sum(1, keepdim=True) * span
+    fits, rho = fold_midpoints(gamma, torch.zeros(C, dtype=torch.long))
+    assert fits.all()
+    q, k = (torch.randn(heads, C, dim, generator=gen, dtype=F64) for _ in range(2))
+    end_row = torch.full((C,), C - 1)
+    exact = 0.3 * q * gamma.exp(), k * (gamma[:, end_row] - gamma).exp()
+    assert torch.set_flush_denormal(True), "this CPU cannot flush fp32's subnormals"
+    try:
+        ours = fold_decayed(*(x.float() for x in (q, k, gamma, rho)), end_row, 0.3)
+        lost = rho.float().exp() == 0
+    finally:
+        torch.set_flush_denormal(False)
+    assert lost.any() and (~lost).any()
+    for x, want, got in zip((0.3 * q, k), exact, ours):
+        error = (got.double() - want).abs()
+        assert (error <= 2 ** -15 * want.abs() + 2 ** -26 * x.abs()).all()
+        held = ~lost.expand_as(want) & (want.abs() >= 2 ** -120)
+        assert (error[held] <= 2 ** -15 * want.abs()[held]).all()

@@ -26,6 +26,8 @@ each operand in two bf16 parts, or, where the decays leave that form's range, ar
 one in fp32 (``blocks.channel_pairs``).
 """
 
+import functools
+
 import tilelang.language as T  # no postponed annotations: TileLang evaluates them with closures
 
 from tileops.kernels.blocks.channel_pairs import SOURCE as PAIRS_SOURCE
@@ -229,6 +231,26 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
                     store8(ks, ks_l, hv, t0 + i, c0)
 
     @T.macro
+    def decayed_row(qo, ks, gam_s, span_s, rq_n, rk_n, hv, t0, i, c0, q_l, k_l, rho_l, up_l):
+        """Without the delta rule, in the whole-window fold: Q_o and K_s of row i's VEC channels
+        from c0 out of Q Kᵀ's fill, q̃ ⊙ 2^ρ and k̃ ⊙ 2^{γ_end − ρ} (q̃ = q ⊙ 2^{γ − ρ}, k̃ = k ⊙
+        2^{ρ − γ}, every factor within the fold's reach): no second read of q, k and γ, and one
+        exp2 an element instead of two. KDA's stay beside its solve, on the warpgroup the solve
+        leaves idle: formed in its fills, they made its pass slower (docs/kda-gated-products.md)."""
+        qo_l = T.alloc_local([VEC], accum)
+        ks_l = T.alloc_local([VEC], accum)
+        if t0 + i < tokens:
+            end = T.alloc_var("int32")
+            end = T.min(span_s[i] >> SPAN_BITS, C - 1)
+            query_scale = scale * norm(rq_n, i)
+            key_norm = norm(rk_n, i)
+            for v in T.unroll(VEC, explicit=True):
+                qo_l[v] = query_scale * q_l[v] * up_l[v]
+                ks_l[v] = key_norm * k_l[v] * T.exp2(gam_s[c0 + v, end] - rho_l[v])
+            store8(qo, qo_l, hv, t0 + i, c0)
+            store8(ks, ks_l, hv, t0 + i, c0)
+
+    @T.macro
     def solve_window(q, k, g, beta, a_log, dt_bias, bounds, tp, m_out, qo, kx, ks, decay, hv, w):
         h = hv // group
         t0 = w * C
@@ -280,8 +302,10 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             fit = fit & fit_s[v]
         # A span past FOLD_REACH: the blocks about their first rows, the pairs about their middle
         # ones. Two branches in turn, so that the pairs' tiles may take the operand tiles' memory.
+        # Without the delta rule the fold's fill forms Q_o and K_s too.
+        emit = None if delta else functools.partial(decayed_row, qo, ks, gam_s, span_s, rq_n, rk_n, hv, t0)
         if fit == 1:
-            whole_window(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx)
+            whole_window(q_s, k_s, gam_s, rho_s, seg_s, hi_s, lo_s, khi_s, klo_s, a_f, m_f, tx, emit)
         else:
             earlier_blocks(q_s, k_s, gam_s, seg_s, (left_a, left_b), (rk_a, rk_b), a_f, m_f, tx)
         T.sync_threads()
@@ -314,7 +338,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             for i, j in T.Parallel(C, C):
                 if t0 + i < tokens:
                     tp[hv, t0 + i, j] = d_s[i, j] * b_s[j]
-        else:
+        elif fit == 0:  # else the fold's fill formed them
             decayed_operands(q_s, k_s, gam_s, rq_n, rk_n, span_s, qo, kx, ks, hv, t0, tx, THREADS)
 
     @T.macro
