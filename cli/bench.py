@@ -105,6 +105,8 @@ def main_command(
                                                 "to 16 a token)."),
     peers_path: Optional[str] = typer.Option(None, envvar="ANCHORS_PYTHONPATH",
                                              help="PYTHONPATH holding the peers (fla, tileops 0.1.0)."),
+    gate16: bool = typer.Option(False, "--gate16", help="KDA's and GLA's gate in the input dtype, as the "
+                                                        "specification has it (default: fp32, as models compute it)."),
     out: Path = typer.Option(Path("bench-out"), help="Folder for results.json and the PNG plot."),
     overhead: bool = typer.Option(False, help="Only print the host µs that dispatch adds per call."),
     replot: Optional[Path] = typer.Option(None, help="Render the table and plot of an earlier results.json."),
@@ -147,7 +149,7 @@ def main_command(
             raise typer.Exit(1)
         from tileops.cli.bench_run import bench
 
-        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout, kinds)
+        rows = bench(bench_rows(op, rows_kind), peers_path, peer_timeout, kinds, gate16)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     console.print(render(rows, op))

@@ -22,31 +22,34 @@ from tileops.tuner.cases import make_inputs, make_op
 from tileops.tuner.timing import time_cuda
 
 PEERS = ("fla", "tileops")
+GATE16_OPS = ("kda", "gla")  # the families whose per-channel gate may come in the input dtype
 PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")
 
 
-def first_call(case: Case, gates: str = "benchmark") -> tuple[Callable[[], object], float]:
+def first_call(case: Case, gates: str = "benchmark", gate16: bool = False) -> tuple[Callable[[], object], float]:
     """Our op on one row (a training row: the chunked forward and then the backward on what it
     saved, as one call), called once: the call, and that first call's seconds (compile or cache
-    load)."""
+    load). ``gate16``: KDA's and GLA's gate in the input dtype instead of fp32."""
     op = make_op(case)
-    args = make_inputs(case, seed=1, gates=gates)
+    args = make_inputs(case, seed=1, gates=gates, gate16=gate16)
     start = time.perf_counter()
     op(*args)
     torch.cuda.synchronize()
     return (lambda: op(*args)), time.perf_counter() - start
 
 
-def row_label(case: Case, gates: str) -> str:
-    """A row's label: the case's, and the gates it draws unless they are the benchmark's."""
-    return case.label if gates == "benchmark" else f"{case.label} [{gates} gates]"
+def row_label(case: Case, gates: str, gate16: bool = False) -> str:
+    """A row's label: the case's, the gates it draws unless they are the benchmark's, and a 16-bit
+    gate where KDA's or GLA's comes in the input dtype."""
+    label = case.label if gates == "benchmark" else f"{case.label} [{gates} gates]"
+    return f"{label} [16-bit gate]" if gate16 and case.op in GATE16_OPS else label
 
 
-def peer_command(peer: str, rows: list[tuple[Case, str]]) -> list[str]:
+def peer_command(peer: str, rows: list[tuple[Case, str]], gate16: bool = False) -> list[str]:
     """`python3 -P peer_bench.py --hold` on the rows (case, gates): the peer's own process, from a
     neutral folder."""
-    payload = [dict(asdict(c), label=row_label(c, g), seqlens=list(c.seqlens) if c.seqlens else None, gates=g)
-               for c, g in rows]
+    payload = [dict(asdict(c), label=row_label(c, g, gate16), seqlens=list(c.seqlens) if c.seqlens else None, gates=g,
+                    gate16=gate16 and c.op in GATE16_OPS) for c, g in rows]
     return [sys.executable, "-P", str(PEER_SCRIPT), "--peer", peer, "--cases", json.dumps(payload), "--hold"]
 
 
@@ -55,7 +58,8 @@ class PeerRun:
     minutes and may run beside another peer's), says so, and times the rows when ``go`` tells it
     to. It may run ``timeout_s`` seconds of its own: its first calls, then its timings."""
 
-    def __init__(self, peer: str, rows: list[tuple[Case, str]], pythonpath: str, timeout_s: float):
+    def __init__(self, peer: str, rows: list[tuple[Case, str]], pythonpath: str, timeout_s: float,
+                 gate16: bool = False):
         self.peer, self.timeout_s = peer, timeout_s
         self.lines: list[str] = []
         self.warmed = threading.Event()
@@ -63,7 +67,7 @@ class PeerRun:
         self.warm_s: Optional[float] = None
         self.stderr = tempfile.TemporaryFile("w+")
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(peer_command(peer, rows), cwd="/tmp", text=True,
+        self.proc = subprocess.Popen(peer_command(peer, rows, gate16), cwd="/tmp", text=True,
                                      env=dict(os.environ, PYTHONPATH=pythonpath),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -113,9 +117,10 @@ class PeerRun:
         self.proc.wait()
 
 
-def start_peers(rows: list[tuple[Case, str]], pythonpath: str, timeout_s: float) -> list[PeerRun]:
+def start_peers(rows: list[tuple[Case, str]], pythonpath: str, timeout_s: float,
+                gate16: bool = False) -> list[PeerRun]:
     """Every peer's process, making its first calls on the rows (case, gates)."""
-    return [PeerRun(p, rows, pythonpath, timeout_s) for p in PEERS]
+    return [PeerRun(p, rows, pythonpath, timeout_s, gate16) for p in PEERS]
 
 
 def finish_peers(runs: list[PeerRun]) -> dict[str, dict[str, dict]]:
@@ -134,18 +139,18 @@ def finish_peers(runs: list[PeerRun]) -> dict[str, dict[str, dict]]:
 
 
 def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 900,
-          gates: tuple[str, ...] = ("benchmark",)) -> list[dict]:
+          gates: tuple[str, ...] = ("benchmark",), gate16: bool = False) -> list[dict]:
     """Every row under each gate kind of ``gates`` (``tileops.cases.log_decays``): our time, each
-    peer's, the work and the floor."""
+    peer's, the work and the floor; ``gate16``: KDA's and GLA's gate in the input dtype."""
     # The peers' first calls (compiles and autotuning: minutes) run beside ours; every timing runs
     # alone, after all of them. Each figure is printed as it comes, so that a run cut short still
     # shows what it measured.
     rows = [(c, g) for c in cases for g in gates]
-    runs = start_peers(rows, peers_path, peer_timeout_s) if peers_path else []
+    runs = start_peers(rows, peers_path, peer_timeout_s, gate16) if peers_path else []
     calls = {}
     for c, g in rows:
-        label = row_label(c, g)
-        calls[label] = first_call(c, g)
+        label = row_label(c, g, gate16)
+        calls[label] = first_call(c, g, gate16)
         print(f"ours {label}: first call {calls[label][1]:.1f} s", flush=True)
     for run in runs:
         run.wait_warm()
@@ -157,7 +162,7 @@ def bench(cases: list[Case], peers_path: Optional[str], peer_timeout_s: float = 
     device, today = torch.cuda.get_device_name(), datetime.date.today().isoformat()
     out = []
     for c, g in rows:
-        label = row_label(c, g)
+        label = row_label(c, g, gate16)
         row = {"label": label, "gates": g, "train": c.entry == "train", "ours_ms": ours[label]["ms"],
                "first_call_s": ours[label]["first_call_s"], "device": device, "date": today,
                "floor_ms": floor_ms(c), "gflop": flops(c) / 1e9, "state_mb": state_bytes(c) / 1e6}

@@ -33,8 +33,8 @@ log_decays = _own("_tileops_cases", _ROOT / "tileops" / "cases.py").log_decays
 
 def inputs(case: dict) -> dict:
     """Random inputs of a row's op (same distributions as ours): g per value head for GDN, per key
-    channel for KDA and GLA, none for DeltaNet, drawn as the row's ``gates`` say; beta for the
-    delta rule only."""
+    channel for KDA and GLA (in the input dtype with the row's ``gate16``), none for DeltaNet, drawn
+    as the row's ``gates`` say; beta for the delta rule only."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     seqlens = case["seqlens"]
     b, t = (1, sum(seqlens)) if seqlens else (case["batch"], case["tokens"])
@@ -48,6 +48,8 @@ def inputs(case: dict) -> dict:
     g = None if gate is None else log_decays(
         case.get("gates", "benchmark"), gate[0], lambda s: torch.randn(*s, device="cuda", generator=gen),
         lambda s: torch.rand(*s, device="cuda", generator=gen), gate[1])
+    if g is not None and case.get("gate16"):  # KDA's and GLA's gate in the input dtype, as the specification has it
+        g = g.to(dt)
     beta = None if op == "gla" else torch.rand(b, t, hv, device="cuda", generator=gen) * 0.9 + 0.05
     state = 0.1 * torch.randn(n, hv, d, d, device="cuda", generator=gen)
     cu = None
@@ -59,8 +61,8 @@ def inputs(case: dict) -> dict:
 def train_inputs(case: dict, device: str = "cuda") -> dict:
     """Random inputs of a training row (same distributions as ours), in the layout our ops take:
     q, k (normalised), v and the output's gradient do in the row's dtype, with DeltaNet's betas in
-    (0, 1) (BHSD) or GLA's log decays drawn as the row's ``gates`` say (BTHD), in fp32 (float64 for a
-    float64 row)."""
+    (0, 1) (BHSD) or GLA's log decays drawn as the row's ``gates`` say (BTHD), in fp32 (the row's dtype
+    for a float64 row, or GLA's with ``gate16``)."""
     gen = torch.Generator(device=device).manual_seed(1)
     gla = case["op"] == "gla"
     b, t, h, d = case["batch"], case["tokens"], case["heads"], case["dim"]
@@ -76,7 +78,7 @@ def train_inputs(case: dict, device: str = "cuda") -> dict:
     else:
         x = torch.rand(shape[:3], device=device, generator=gen) * 0.9 + 0.05
     do = torch.randn(shape, device=device, generator=gen).to(dt)
-    x = x.to(torch.float64 if dt == torch.float64 else torch.float32)
+    x = x.to(dt if dt == torch.float64 or gla and case.get("gate16") else torch.float32)
     return dict(q=q, k=k, v=v, do=do, **({"g": x} if gla else {"beta": x}))
 
 

@@ -11,8 +11,9 @@ import torch
 # prefill's programs, read once per sequence (within 3% on the H200), and a compile-time variant
 # of the decode program, which it slows 1.8-1.9x (its read doubles the bytes) without changing the
 # best config (the same winner and order of configs at B1, B64 and B256): one tuned row serves
-# calls with and without a state.
-UNTUNED_FLAGS = frozenset({"scale", "has_initial_state"})
+# calls with and without a state. A per-channel gate in fp32 rather than the input dtype
+# (``gate_dtype``) is read by the first pass alone, which has no tuned knob.
+UNTUNED_FLAGS = frozenset({"scale", "has_initial_state", "gate_dtype"})
 
 
 @dataclass(frozen=True)

@@ -36,17 +36,19 @@ def make_op(case: Case, target: Optional[str] = None) -> Any:
     return getattr(la, case.op_class)(**dict(case.flags), target=target)
 
 
-def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gates: str = "benchmark") -> tuple:
+def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gates: str = "benchmark",
+                gate16: bool = False) -> tuple:
     """Fresh random arguments of ``case``'s call, in ``dtype`` (the case's unless given), never zeros
     but for zero gates: an inference op's (``_inference_inputs``) or a training call's
-    (``_training_inputs``)."""
+    (``_training_inputs``). ``gate16``: KDA's and GLA's per-channel gate in the call's dtype (as the
+    specification has it) instead of fp32."""
     dtype = dtype or DTYPES[case.dtype]
     if case.entry is None:
-        return _inference_inputs(case, seed, dtype, gates)
-    return _training_inputs(case, seed, dtype, gates)
+        return _inference_inputs(case, seed, dtype, gates, gate16)
+    return _training_inputs(case, seed, dtype, gates, gate16)
 
 
-def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> tuple:
+def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str, gate16: bool = False) -> tuple:
     """Forward arguments of an inference op: keys normalised, decays drawn as ``gates`` says
     (``tileops.cases.log_decays``; the benchmarks' moderate ones by default), betas in (0, 1), a
     random fp32 initial state."""
@@ -90,14 +92,15 @@ def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> 
         extras += [a_log, dt_bias]
     device = torch.device(case.device)
     fp = torch.float64 if dtype == torch.float64 else torch.float32
-    tokens = 3  # q, k, v in the call's dtype; gates and betas in fp32, as models compute them
+    tokens = 4 if gate16 and case.op in ("kda", "gla") else 3  # q, k, v (and g) in the call's dtype;
+    # gates and betas otherwise in fp32, as models compute them
     cast = [x.to(device=device, dtype=dtype if i < tokens else fp) for i, x in enumerate(args)]
     out = [extras[0].to(device=device, dtype=fp), None if cu is None else cu.to(device), extras[2]]
     out += [None if x is None else x.to(device=device, dtype=fp) for x in extras[3:]]
     return tuple(cast + out)
 
 
-def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> tuple:
+def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str, gate16: bool = False) -> tuple:
     """A training call's arguments: the forward's q, k (normalised), v and its betas in (0, 1)
     (DeltaNet, BHSD) or its log decays drawn as ``gates`` says (GLA, BTHD), the betas and
     decays in fp32 as models compute them; the step's and DeltaNet's backward start with the
@@ -118,7 +121,7 @@ def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> t
     do = torch.randn(shape, generator=gen, dtype=torch.float64)
     device = torch.device(case.device)
     q, k, v, do = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
-    x = x.to(device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    x = x.to(device=device, dtype=dtype if gate16 and gla or dtype == torch.float64 else torch.float32)
     if case.entry == "train_fwd":
         return q, k, v, x
     if case.entry == "train":
@@ -130,10 +133,10 @@ def _training_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str) -> t
     return (do, q, k, v, x, *saved)
 
 
-def spec_for_arch(case: Case, arch: str, device_name: Optional[str] = None) -> Any:
+def spec_for_arch(case: Case, arch: str, device_name: Optional[str] = None, gate16: bool = False) -> Any:
     """The CallSpec of ``case`` as an ``arch`` GPU would describe it, worked out on the CPU: what
     building a kernel for that GPU needs on a machine without one (compiling ahead of time)."""
     cpu_case = case.on("cpu")
-    spec, _ = make_op(cpu_case).describe(*make_inputs(cpu_case, seed=0))
+    spec, _ = make_op(cpu_case).describe(*make_inputs(cpu_case, seed=0, gate16=gate16))
     return replace(spec, device=torch.device("cuda", 0), arch=arch,
                    device_name=device_name if device_name is not None else spec.device_name)

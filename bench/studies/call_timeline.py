@@ -1,7 +1,7 @@
 """Device script: where one op call's time goes, kernel by kernel.
 
     python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark mamba]
-        [--config '{"num_stages": 1}' ...] [--dim 64] [--shapes B1xT8192xH16xHV32 ...] [--brief]
+        [--config '{"num_stages": 1}' ...] [--dim 64] [--shapes B1xT8192xH16xHV32 ...] [--brief] [--gate16]
     python bench/studies/call_timeline.py --op gdn --dim 64 --config ... --compile  # builds only, no GPU
     ncu -k regex:NAME --launch-skip 1 --launch-count 1 ... python bench/studies/call_timeline.py --op kda --profile
 
@@ -120,6 +120,8 @@ def main() -> None:
                                                                "needed; a training row: dispatch's forward and "
                                                                "backward), into TileLang's cache.")
     parser.add_argument("--brief", action="store_true", help="Leave out the host's profile.")
+    parser.add_argument("--gate16", action="store_true", help="KDA's and GLA's gate in the input dtype (as the "
+                                                              "specification has it) instead of fp32.")
     parser.add_argument("--profile", action="store_true", help="Only call the first row twice (compile, then the "
                                                                 "call a profiler skips to), and stop.")
     args = parser.parse_args()
@@ -131,13 +133,13 @@ def main() -> None:
         case = replace(case, dim=args.dim) if args.dim else case
         if args.compile:
             for call in case.calls():  # a training row: its forward and its backward, as dispatch picks them
-                spec = spec_for_arch(call, "sm90")
+                spec = spec_for_arch(call, "sm90", gate16=args.gate16)
                 for changes in (args.config if call.entry is None else []) or [{}]:
                     configured(make_op(call), spec, changes)
             continue
         op = make_op(case)
         for gates in args.gates:
-            inputs = make_inputs(case, seed=0, gates=gates)
+            inputs = make_inputs(case, seed=0, gates=gates, gate16=args.gate16)
             for changes in args.config or [None]:
                 if changes:
                     spec, arguments = op.describe(*inputs)

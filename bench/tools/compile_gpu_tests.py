@@ -123,19 +123,20 @@ def gla_chunked_jobs() -> list[tuple]:
     from tileops.linear_attention import GLAChunkBwdOp, GLAChunkFwdOp
     from tests.kernels.gla import test_gla_chunk_bwd_gpu, test_gla_chunk_fwd_gpu
 
-    train = [(4, 4096, 16, 128, torch.bfloat16, -1.0, True)]
+    train = [(4, 4096, 16, 128, torch.bfloat16, -1.0, True, torch.float32)]  # the bench draws g in fp32
     jobs = []
     for cases, backward in ((test_gla_chunk_fwd_gpu.CASES, False), (test_gla_chunk_bwd_gpu.CASES, True)):
-        shapes = [(c["B"], c["T"], c["H"], c["D"], c["dtype"], c.get("scale", -1.0), c.get("init", True)) for c in cases]
-        for B, T, H, D, dtype, scale, init in shapes + train:
-            q = torch.zeros(B, T, H, D, dtype=dtype)
+        shapes = [(c["B"], c["T"], c["H"], c["D"], c["dtype"], c.get("scale", -1.0), c.get("init", True),
+                   c.get("gate_dtype") or c["dtype"]) for c in cases]
+        for B, T, H, D, dtype, scale, init, gate in shapes + train:
+            q, g = torch.zeros(B, T, H, D, dtype=dtype), torch.zeros(B, T, H, D, dtype=gate)
             if backward:
                 state = torch.zeros(B, T // 64 + 1, H, D, D)
-                spec = on_gpu(GLAChunkBwdOp(scale=scale), q, q, q, q, state, q, None)
+                spec = on_gpu(GLAChunkBwdOp(scale=scale), q, q, q, g, state, q, None)
                 jobs.append((chunk_bwd.KERNEL.name, chunk_bwd.KERNEL.default(spec), spec))
             else:
                 h0 = torch.zeros(B, H, D, D) if init else None
-                spec = on_gpu(GLAChunkFwdOp(scale=scale), q, q, q, q, h0)
+                spec = on_gpu(GLAChunkFwdOp(scale=scale), q, q, q, g, h0)
                 jobs.append((chunk_fwd.KERNEL.name, chunk_fwd.KERNEL.default(spec), spec))
     return jobs
 

@@ -40,7 +40,7 @@ def peers(tmp_path, monkeypatch):
 
     def run(warm_s: dict[str, float], timeout_s: float = 60.0):
         monkeypatch.setattr(bench_run, "PEERS", tuple(warm_s))
-        monkeypatch.setattr(bench_run, "peer_command", lambda peer, rows: [
+        monkeypatch.setattr(bench_run, "peer_command", lambda peer, rows, gate16=False: [
             sys.executable, str(script), peer, str(warm_s[peer]), str(log)])
         results = bench_run.finish_peers(bench_run.start_peers([(c, "benchmark") for c in ROWS], "/nowhere", timeout_s))
         events = [line.split() for line in log.read_text().splitlines()]

@@ -9,7 +9,7 @@ import torch
 from tileops import library
 from tileops.callspec import CallSpec
 from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
-from tileops.linear_attention.op import Op, call_spec
+from tileops.linear_attention.op import Op, call_spec, gate_dtype
 from tileops.linear_attention.validate import (
     FLOATS, Shapes, chunk_size_arg, param_dtypes, positive_scale, require, state_dtypes)
 from tileops.targets import Target
@@ -71,7 +71,8 @@ class GLAChunkFwdOp(_GLAChunkOp):
         dtype = self._check(shapes, q, k, v, g)
         shapes.bind("N", shapes.sizes["B"], "q (N = B)")
         check_state(shapes, "initial_state", initial_state, dtype, heads="H", state_v_first=False)
-        spec = self._spec(shapes, q, "chunk_fwd", has_initial_state=initial_state is not None)
+        spec = self._spec(shapes, q, "chunk_fwd", has_initial_state=initial_state is not None,
+                          gate_dtype=gate_dtype(g, dtype))
         return spec, (q, k, v, g, initial_state)
 
     def _fake(self, q, k, v, g, initial_state=None) -> tuple[torch.Tensor, ...]:
@@ -191,7 +192,7 @@ class GLAFwdOp(Op):
         s = shapes.sizes
         spec = call_spec("gla", "GLAFwdOp", mode, q, batch=n, tokens=s["T"], heads=s["H"], value_heads=s["H"],
                          dim_k=s["K"], dim_v=s["V"], scale=positive_scale("scale", self.scale, s["K"]),
-                         has_initial_state=initial_state is not None)
+                         has_initial_state=initial_state is not None, gate_dtype=gate_dtype(g, dtype))
         return spec, (q, k, v, g, initial_state, cu_seqlens, cu_seqlens_cpu)
 
     def _fake(self, q, k, v, g, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None):

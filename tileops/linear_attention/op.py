@@ -103,6 +103,12 @@ class Op:
         raise NotImplementedError
 
 
+def gate_dtype(g: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
+    """The ``gate_dtype`` flag of a per-channel gate: g's dtype where it is not the call's (fp32 g
+    in a 16-bit call), else None; the kernels read g in the dtype it comes in."""
+    return None if g.dtype == dtype else str(g.dtype).removeprefix("torch.")
+
+
 def call_spec(op: str, entry: str, mode: str, like: torch.Tensor, *, batch: int, tokens: int,
               heads: int, value_heads: int, dim_k: int, dim_v: int, **flags: object) -> CallSpec:
     """A CallSpec for a call whose tensors look like ``like`` (dtype and device)."""

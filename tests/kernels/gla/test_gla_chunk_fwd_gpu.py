@@ -22,7 +22,8 @@ pytestmark = [
 TOL = {torch.bfloat16: 2e-2, torch.float16: 3e-3}  # as GLA's prefill: the same two passes
 
 
-def inputs(seed, B, T, H, D, dtype, *, init=True, strength=1.0):
+def inputs(seed, B, T, H, D, dtype, *, init=True, strength=1.0, gate_dtype=None):
+    """q, k, v in ``dtype``; g in ``gate_dtype`` (default: ``dtype``, as the specification has it)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def randn(*shape):
@@ -30,7 +31,7 @@ def inputs(seed, B, T, H, D, dtype, *, init=True, strength=1.0):
     q, k, v = F.normalize(randn(B, T, H, D), dim=-1), F.normalize(randn(B, T, H, D), dim=-1), randn(B, T, H, D)
     g = -strength * torch.rand(B, T, H, D, generator=gen, device="cuda")
     h0 = randn(B, H, D, D) * 0.1 if init else None
-    return (q.to(dtype), k.to(dtype), v.to(dtype), g.to(dtype), h0)
+    return (q.to(dtype), k.to(dtype), v.to(dtype), g.to(gate_dtype or dtype), h0)
 
 
 CASES = [
@@ -39,6 +40,7 @@ CASES = [
     dict(id="bf16-k64-strongest-gates", dtype=torch.bfloat16, B=1, T=512, H=2, D=64, strength=5.0),
     dict(id="fp16-k128-weak-gates", dtype=torch.float16, B=2, T=192, H=2, D=128, strength=2e-3),
     dict(id="bf16-k128-steep-gates", dtype=torch.bfloat16, B=2, T=256, H=2, D=128, strength=16.0),
+    dict(id="bf16-k128-fp32-gate", dtype=torch.bfloat16, B=2, T=192, H=2, D=128, gate_dtype=torch.float32),
 ]
 
 

@@ -27,9 +27,9 @@ pytestmark = [
 TOL = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
 
 
-def inputs(seed, lengths, H, D, dtype, *, batch=None, init=True, strength=1.0, device="cuda"):
+def inputs(seed, lengths, H, D, dtype, *, batch=None, init=True, strength=1.0, gate16=False, device="cuda"):
     """Packed ``lengths`` (B = 1), or ``batch`` equal sequences of lengths[0]; log decays
-    −strength · uniform(0, 1) a token."""
+    −strength · uniform(0, 1) a token, in fp32 or (``gate16``) the input dtype."""
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):
@@ -42,7 +42,7 @@ def inputs(seed, lengths, H, D, dtype, *, batch=None, init=True, strength=1.0, d
     cu = None
     if batch is None:
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    return [x.to(dtype) for x in (q, k, v)] + [g], h0, cu
+    return [x.to(dtype) for x in (q, k, v)] + [g.to(dtype) if gate16 else g], h0, cu
 
 
 def check(scale, tensors, h0, cu, dtype, launch=None):
@@ -63,6 +63,10 @@ FEATURES = [
     dict(id="bf16-k128-strongest-gates", dtype=torch.bfloat16, H=2, D=128, lengths=(257,), strength=5.0),
     dict(id="fp16-k64-weak-gates", dtype=torch.float16, H=2, D=64, lengths=(257,), strength=2e-3),
     dict(id="bf16-k128-steep-gates", dtype=torch.bfloat16, H=2, D=128, lengths=(37, 300, 70), strength=16.0),
+    # g in the input dtype, as the specification has it: read as it comes, no fp32 copy
+    dict(id="bf16-k128-packed-16-bit-gate", dtype=torch.bfloat16, H=2, D=128, lengths=(37, 300, 70), gate16=True),
+    dict(id="fp16-k64-16-bit-gate-no-state", dtype=torch.float16, H=2, D=64, lengths=(200,), batch=2, init=False,
+         gate16=True),
 ]
 
 

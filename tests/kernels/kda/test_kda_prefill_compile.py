@@ -67,19 +67,37 @@ def test_the_default_takes_one_stage_only_where_the_call_is_cut():
     assert GLA.default(spec(batch=4, heads=16, value_heads=16)) == ChannelPrefillConfig(num_stages=2)
 
 
+@pytest.mark.parametrize("gate", [torch.bfloat16, torch.float32])
+def test_the_call_says_which_dtype_its_gate_comes_in(gate):
+    """A per-channel gate in the input dtype (the specification's) or in fp32: the spec says which
+    (the tuning key does not: only the first pass reads g), and the first pass reads it so."""
+    from tileops.kernels.launch.chunked_channel import gate_dtype
+    from tileops.linear_attention import GLAChunkFwdOp, GLAFwdOp, KDAFwdOp
+
+    q = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16)
+    g = -torch.rand(1, 64, 2, 64).to(gate)
+    for op, args in ((KDAFwdOp(), (q, q, q, g, torch.rand(1, 64, 2))), (GLAFwdOp(), (q, q, q, g)),
+                     (GLAChunkFwdOp(), (q, q, q, g))):
+        call, _ = op.describe(*args)
+        assert call.flag("gate_dtype") == (None if gate == torch.bfloat16 else "float32")
+        assert "gate_dtype" not in dict(call.tuned_flags) and gate_dtype(call) == gate
+
+
 @needs_nvcc
-@pytest.mark.parametrize("call, config", [
-    (spec(), ChannelPrefillConfig()),
+@pytest.mark.parametrize("call, config, gate", [
+    (spec(gate_dtype="float32"), ChannelPrefillConfig(), "float"),
     (spec(mode="varlen", batch=1, dim=64, heads=2, value_heads=4, dtype=torch.float16, use_qk_l2norm_in_kernel=True,
           use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True, state_v_first=True, use_gate_in_kernel=True,
-          lower_bound=-5.0), ChannelPrefillConfig(num_stages=1)),
-], ids=["bf16-k128", "fp16-k64-packed-every-flag"])
-def test_both_passes_compile_for_sm90a(call, config):
+          lower_bound=-5.0), ChannelPrefillConfig(num_stages=1), "half_t"),
+], ids=["bf16-k128-fp32-gate", "fp16-k64-packed-every-flag"])
+def test_both_passes_compile_for_sm90a(call, config, gate):
     launcher = KERNEL.build(config, call)
     for program in (launcher.prep, launcher.chain):
         assert "tokens" in runtime_dims(program)  # lengths and counts are run-time values
         assert_fits_an_sm(program, launch_smem(program))
-    assert "decay" in launcher.prep.get_kernel_source() and "ku" in launcher.chain.get_kernel_source()
+    prep = launcher.prep.get_kernel_source()
+    assert "decay" in prep and "ku" in launcher.chain.get_kernel_source()
+    assert re.search(rf"\b{gate}\* __restrict__ g\b", prep)  # g read as the call passes it
 
 
 @needs_nvcc

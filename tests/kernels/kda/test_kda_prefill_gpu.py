@@ -30,11 +30,12 @@ OP_FLAGS = ("use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_
 
 
 def inputs(seed, lengths, H, HV, D, dtype, *, batch=None, init=True, logits=False, gate=None, bias="flat",
-           normed=True, strength=1.0, device="cuda"):
+           normed=True, strength=1.0, gate16=False, device="cuda"):
     """Inputs of one call: packed ``lengths`` (B = 1), or ``batch`` equal sequences of lengths[0].
     ``gate``: None for precomputed log decays (−strength · uniform(0, 1) a token, strength 5 being
     KDA's lower bound), else the raw gate for the in-kernel transform with A_log and dt_bias laid
-    out as ``bias`` says (flat [HV·K], "grid" [HV, K] or None)."""
+    out as ``bias`` says (flat [HV·K], "grid" [HV, K] or None); g in fp32 or (``gate16``) the
+    input dtype."""
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):
@@ -59,7 +60,7 @@ def inputs(seed, lengths, H, HV, D, dtype, *, batch=None, init=True, logits=Fals
     cu = None
     if batch is None:
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    return [x.to(dtype) for x in (q, k, v)] + [g, beta], h0, cu, a_log, dt_bias
+    return [x.to(dtype) for x in (q, k, v)] + [g.to(dtype) if gate16 else g, beta], h0, cu, a_log, dt_bias
 
 
 def check(op_flags, tensors, h0, cu, a_log, dt_bias, dtype, launch=None):
@@ -97,6 +98,10 @@ FEATURES = [
     dict(id="bf16-k128-steep-gates", dtype=torch.bfloat16, H=2, HV=4, D=128, lengths=(257,), batch=2, strength=16.0),
     dict(id="fp16-k64-steep-gates-mixed-lengths", dtype=torch.float16, H=2, HV=2, D=64, lengths=(37, 64, 200, 5, 130),
          strength=16.0),
+    # g in the input dtype, as the specification has it: read as it comes, no fp32 copy
+    dict(id="bf16-k128-packed-16-bit-gate", dtype=torch.bfloat16, H=2, HV=4, D=128, lengths=(37, 300, 70), gate16=True),
+    dict(id="fp16-k64-16-bit-gate-flat-bias", dtype=torch.float16, H=2, HV=2, D=64, lengths=(160, 90), gate=True,
+         gate16=True, flags=dict(use_gate_in_kernel=True)),
 ]
 
 

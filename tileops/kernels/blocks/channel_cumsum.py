@@ -64,12 +64,12 @@ def channel_cumsum(*, chunk: int, dim_k: int, threads: int, tokens, varlen: bool
 
     @T.macro
     def gate_loads(g, g_l, hv, t0, tx):
-        """The raw gates of the thread's R rows of its channel (zero past the tokens) into ``g_l``;
-        they issue before the tiles' loads."""
+        """The raw gates of the thread's R rows of its channel (zero past the tokens) into ``g_l``, in
+        fp32 whatever g's dtype; they issue before the tiles' loads."""
         p, c = part(tx), channel(tx)
         for u in T.unroll(R, explicit=True):
             t = t0 + p * R + u
-            g_l[u] = T.if_then_else(t < tokens, g[t, hv, c], 0.0)
+            g_l[u] = T.if_then_else(t < tokens, T.cast(g[t, hv, c], accum), 0.0)
 
     @T.macro
     def rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx):

@@ -30,7 +30,7 @@ class ChannelChunkBwdLauncher:
         self.chunk = C = config.chunk_size
         dtype, K, V = TL_DTYPES[spec.dtype], spec.dim_k, spec.dim_v
         self.has_init = int(bool(spec.flag("has_initial_state", False)))
-        self.prep = compile_channel_prep(config, spec, delta=False)
+        self.prep = compile_channel_prep(config, spec, delta=False, gate=torch.float32)  # g once in fp32 for all three
         self.walk = compiled("tileops.kernels.programs.chunk_dh_channel:dh_channel_program",
                              dict(heads=spec.heads, dim_k=K, dim_v=V, chunk=C, block_v=config.block_v, dtype=dtype,
                                   num_stages=WALK_STAGES), spec.arch, PASS_CONFIGS)

@@ -2,7 +2,8 @@
 ``chunk_prep_channel`` for every chunk at once, then the value-major chain over the sequences.
 
 As ``launch.chunked``: outputs allocated here, no host sync and no per-call table, so a call can be
-captured in a CUDA graph; g, beta, A_log and dt_bias reach the first pass in fp32. Few long
+captured in a CUDA graph; g reaches the first pass in the dtype the call passes it in (16-bit or
+fp32: ``gate_dtype``), beta, A_log and dt_bias in fp32. Few long
 sequences, of equal lengths or packed with their lengths on the host, are cut into pieces walked
 side by side (``plans.channel_pieces``; KDA's also walked from the identity for their transitions).
 """
@@ -24,13 +25,20 @@ from tileops.kernels.hardware import sm_count
 from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan, may_cut, piece_windows, walk_tiles
 from tileops.kernels.plans.packing import packed
 
-def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True) -> Program:
-    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule)."""
+def gate_dtype(spec: CallSpec) -> torch.dtype:
+    """The dtype the call's per-channel gate comes in: the input dtype unless ``gate_dtype`` says fp32."""
+    return getattr(torch, str(spec.flag("gate_dtype", spec.dtype_name)))
+
+
+def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True,
+                         gate: Optional[torch.dtype] = None) -> Program:
+    """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule),
+    reading g in ``gate`` (default: the call's ``gate_dtype``)."""
     flags = transform_flags(spec, True)
     del flags["gated"]
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 sequences=sequences(spec), scale=query_scale(spec), lower_bound=spec.flag("lower_bound"),
-                delta=delta, **flags)
+                delta=delta, gate_dtype=TL_DTYPES[gate or gate_dtype(spec)], **flags)
     return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
@@ -72,6 +80,7 @@ class ChannelPrefillLauncher:
         self.varlen = spec.mode == "varlen"
         assert not (boundaries and self.varlen), "boundary states for equal lengths only"
         self.value_first = bool(spec.flag("state_v_first", False))
+        self.gate = gate_dtype(spec)
         self.prep = compile_channel_prep(config, spec, delta)
         self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
@@ -102,7 +111,7 @@ class ChannelPrefillLauncher:
         tokens = B * T
         flat_q, flat_k = packed(q, tokens, H, K), packed(k, tokens, H, K)
         flat_v = packed(v, tokens, HV, V)
-        flat_g = packed(g.float(), tokens, HV, K)
+        flat_g = packed(g.to(self.gate), tokens, HV, K)  # as the call passes it: no copy
         o = torch.empty(B, T, HV, V, dtype=q.dtype, device=q.device)
         n = cu_seqlens.shape[0] - 1 if self.varlen else B
         final = torch.empty((n, HV, V, K) if self.value_first else (n, HV, K, V), dtype=torch.float32,

@@ -61,13 +61,14 @@ THREADS = HALVES * WARPGROUP
 
 def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int, dtype: str, sequences: str,
                          l2norm: bool, gate_in_kernel: bool, beta_sigmoid: bool, neg_eigval: bool, scale: float,
-                         lower_bound=None, delta: bool = True):
+                         lower_bound=None, delta: bool = True, gate_dtype: str = "float32"):
     """The TileLang program of the first pass, specialised on everything but lengths and counts.
 
-    Arguments: q, k, g [tokens, HV, K], beta, a_log [HV], dt_bias [HV · K], then the tables of
+    Arguments: q, k, g [tokens, HV, K] (g in ``gate_dtype``, fp32 or the input dtype: a 16-bit gate
+    is read as the call passes it), beta, a_log [HV], dt_bias [HV · K], then the tables of
     ``sequences`` (equal or packed: ``blocks.entry``), then the outputs ``tp`` and ``m_out``
     [HV, tokens, C], ``qo``, ``kx`` and ``ks`` [HV, tokens, K] in the input dtype and ``decay``
-    [HV, W + N, K] in fp32; g, beta, A_log and dt_bias in fp32 (A_log and dt_bias are read with
+    [HV, W + N, K] in fp32; beta, A_log and dt_bias in fp32 (A_log and dt_bias are read with
     ``gate_in_kernel`` only; zeros stand in for an absent dt_bias). ``lower_bound``: the in-kernel
     gate's bound (``channel_gate_transform``). Without ``delta``: inputs q, k and g, outputs
     ``m_out``, ``qo``, ``ks`` and ``decay``. Grid: (HV, ceil(tokens / C)), HALVES warpgroups each:
@@ -85,7 +86,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
     varlen = sequences == "packed"
     assert delta or not (gate_in_kernel or beta_sigmoid or neg_eigval), "without the delta rule: no β, no gate transform"
     inputs = [("q", T.Tensor([tokens, H, K], dtype)), ("k", T.Tensor([tokens, H, K], dtype)),
-              ("g", T.Tensor([tokens, HV, K], accum))]
+              ("g", T.Tensor([tokens, HV, K], gate_dtype))]
     if delta:
         inputs += [("beta", T.Tensor([tokens, HV], accum)), ("a_log", T.Tensor([HV], accum)),
                    ("dt_bias", T.Tensor([HV * K], accum))]
