@@ -63,13 +63,14 @@ def channel_cumsum(*, chunk: int, dim_k: int, threads: int, tokens, varlen: bool
         return T.shift_left(mask, T.uint32(WARP - 1 - u)) == T.uint32(0)
 
     @T.macro
-    def gate_loads(g, g_l, hv, t0, tx):
-        """The raw gates of the thread's R rows of its channel (zero past the tokens) into ``g_l``, in
-        fp32 whatever g's dtype; they issue before the tiles' loads."""
+    def gate_loads(g, g_in, hv, t0, tx):
+        """The raw gates of the thread's R rows of its channel (zero past the tokens) into ``g_in``,
+        in g's dtype: they issue before the tiles' loads, and a 16-bit gate is widened in ``scan``, so
+        that no load waits for the one before it to land."""
         p, c = part(tx), channel(tx)
         for u in T.unroll(R, explicit=True):
             t = t0 + p * R + u
-            g_l[u] = T.if_then_else(t < tokens, T.cast(g[t, hv, c], accum), 0.0)
+            g_in[u] = T.if_then_else(t < tokens, g[t, hv, c], T.cast(0.0, g.dtype))
 
     @T.macro
     def rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx):
@@ -123,8 +124,9 @@ def channel_cumsum(*, chunk: int, dim_k: int, threads: int, tokens, varlen: bool
         return T.shift_right(T.shift_left(bits, T.uint32(WARP - R) - T.cast(p * R % WARP, "uint32")), T.uint32(WARP - R))
 
     @T.macro
-    def scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx):
-        """γ: each channel's running sum down the window in base 2, restarting at each sequence's
+    def scan(g_in, g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx):
+        """γ from ``gate_loads``' raw gates ``g_in`` into ``g_l`` (fp32; the same registers where g
+        is fp32): each channel's running sum down the window in base 2, restarting at each sequence's
         first row and adding nothing on rows outside the sequences, into ``gam_s`` [K, C]; the
         state's decay over the window into row w of ``decay``; each channel's midpoint ρ of γ over
         the rows inside into ``rho_s``; each warp's ``fit_s`` entry 1 where no channel of it spans
@@ -140,9 +142,10 @@ def channel_cumsum(*, chunk: int, dim_k: int, threads: int, tokens, varlen: bool
         for u in T.unroll(R, explicit=True):
             if gate_in_kernel:  # a raw zero past the tokens is no zero after the transform
                 step = T.if_then_else(p * R + u <= last, T.max(channel_gate_transform(
-                    g_l[u] + dt_bias[hv * K + c], a_log[hv], lower_bound), LOG_DECAY_FLOOR) * LOG2_E, 0.0)
+                    T.cast(g_in[u], accum) + dt_bias[hv * K + c], a_log[hv], lower_bound), LOG_DECAY_FLOOR) * LOG2_E,
+                    0.0)
             else:
-                step = T.max(g_l[u], LOG_DECAY_FLOOR) * LOG2_E
+                step = T.max(T.cast(g_in[u], accum), LOG_DECAY_FLOOR) * LOG2_E
             run = T.if_then_else(has(starts, u), 0.0, run) + step
             g_l[u] = run
         carry = T.alloc_var(accum)

@@ -285,16 +285,17 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
 
         # g's loads first, into registers, beside the tiles': every load of the window issues
         # before the first store.
-        g_l = T.alloc_local([cumsum.rows_held], accum)
+        g_l = T.alloc_local([cumsum.rows_held], accum)  # the raw gates (fp32), then γ
+        g_in = g_l if gate_dtype == accum else T.alloc_local([cumsum.rows_held], gate_dtype)
         masks = T.alloc_local([MASK_WORDS], "uint32")
-        cumsum.gate_loads(g, g_l, hv, t0, tx)
+        cumsum.gate_loads(g, g_in, hv, t0, tx)
         T.copy(k[t0:t0 + C, h, :], k_s[0:C, 0:K])
         T.copy(q[t0:t0 + C, h, :], q_s[0:C, 0:K])
         cumsum.rows(beta, bounds, b_s, seg_s, span_s, masks, hv, t0, tx)
         if l2norm:
             rnorm(k_s[0:C, 0:K], rk_n)
             rnorm(q_s[0:C, 0:K], rq_n)
-        cumsum.scan(g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx)
+        cumsum.scan(g_in, g_l, a_log, dt_bias, masks, gam_s, rho_s, fit_s, decay, hv, w, t0, tx)
         T.sync_threads()
         cumsum.segment_decays(g_l, masks, seg_s, decay, hv, tx)
         fit = T.alloc_var("int32")
