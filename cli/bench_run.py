@@ -18,11 +18,10 @@ import torch
 
 from tileops.cli.bench_cases import flops, floor_ms, state_bytes
 from tileops.cases import Case
-from tileops.tuner.cases import make_inputs, make_op
+from tileops.tuner.cases import GATE16_OPS, make_inputs, make_op
 from tileops.tuner.timing import time_cuda
 
 PEERS = ("fla", "tileops")
-GATE16_OPS = ("kda", "gla")  # the families whose per-channel gate may come in the input dtype
 PEER_SCRIPT = Path(__file__).with_name("peer_bench.py")
 
 

@@ -36,6 +36,9 @@ def make_op(case: Case, target: Optional[str] = None) -> Any:
     return getattr(la, case.op_class)(**dict(case.flags), target=target)
 
 
+GATE16_OPS = ("kda", "gla")  # the families whose per-channel gate may come in the input dtype or in fp32
+
+
 def make_inputs(case: Case, seed: int, dtype: Optional[torch.dtype] = None, gates: str = "benchmark",
                 gate16: bool = False) -> tuple:
     """Fresh random arguments of ``case``'s call, in ``dtype`` (the case's unless given), never zeros
@@ -92,7 +95,7 @@ def _inference_inputs(case: Case, seed: int, dtype: torch.dtype, gates: str, gat
         extras += [a_log, dt_bias]
     device = torch.device(case.device)
     fp = torch.float64 if dtype == torch.float64 else torch.float32
-    tokens = 4 if gate16 and case.op in ("kda", "gla") else 3  # q, k, v (and g) in the call's dtype;
+    tokens = 4 if gate16 and case.op in GATE16_OPS else 3  # q, k, v (and g) in the call's dtype;
     # gates and betas otherwise in fp32, as models compute them
     cast = [x.to(device=device, dtype=dtype if i < tokens else fp) for i, x in enumerate(args)]
     out = [extras[0].to(device=device, dtype=fp), None if cu is None else cu.to(device), extras[2]]

@@ -10,7 +10,7 @@ from tileops.dispatch.compile_cache import built
 from tileops.device import current_arch
 from tileops.kernels.registry import get_kernel
 from tileops.cases import Case
-from tileops.tuner.cases import make_inputs, make_op, spec_for_arch
+from tileops.tuner.cases import GATE16_OPS, make_inputs, make_op, spec_for_arch
 
 # The most a warm-up call may allocate for its inputs and state: a compile needs only a small
 # call, so a row whose recorded call asks for more is refused, not trusted.
@@ -56,12 +56,17 @@ def compile_winner(record: WinnerRecord) -> None:
         raise ValueError(f"winner {record.kernel} has no recorded call to compile for")
     kernel = get_kernel(record.kernel)
     case = checked_case(record)
+    # KDA's and GLA's gate in fp32 and in the input dtype: a program each where the first pass reads
+    # it (the tuned config serves both), so that neither caller's first call compiles.
+    gate_forms = (False, True) if case.op in GATE16_OPS else (False,)
     if record.arch != current_arch():
-        spec = spec_for_arch(case, record.arch, record.device_name)
-        kernel.build(kernel.validate_config(record.config, spec), spec)
+        for gate16 in gate_forms:
+            spec = spec_for_arch(case, record.arch, record.device_name, gate16)
+            kernel.build(kernel.validate_config(record.config, spec), spec)
         return
     case = case.on("cuda" if record.arch.startswith("sm") else "cpu")
-    spec, _ = make_op(case).describe(*make_inputs(case, seed=0))
-    built(kernel, kernel.validate_config(record.config, spec), spec)
+    for gate16 in gate_forms:
+        spec, _ = make_op(case).describe(*make_inputs(case, seed=0, gate16=gate16))
+        built(kernel, kernel.validate_config(record.config, spec), spec)
     if spec.device.type == "cuda":
         torch.cuda.synchronize()

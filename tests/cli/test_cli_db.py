@@ -144,6 +144,28 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
     assert "RuntimeError: nvcc exploded" in result.output
 
 
+def test_warm_builds_kdas_and_glas_winners_for_a_gate_in_either_dtype(monkeypatch):
+    """A KDA or GLA winner is built for its gate in fp32 and in the input dtype (the first pass reads
+    each as it comes, so each is a program), any other family's once."""
+    import tileops.tuner.warm as warm
+    from tileops.dispatch.snapshot import shipped_winners
+
+    built = []
+
+    class Recorder:
+        def validate_config(self, config, spec):
+            return config
+
+        def build(self, config, spec):
+            built.append((spec.op, spec.flag("gate_dtype")))
+
+    monkeypatch.setattr(warm, "get_kernel", lambda name: Recorder())
+    rows = {row.op: row for row in shipped_winners("sm90")}
+    for op in ("kda", "gla", "gdn"):
+        warm.compile_winner(rows[op])
+    assert built == [("kda", "float32"), ("kda", None), ("gla", "float32"), ("gla", None), ("gdn", None)]
+
+
 def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_url, tiny_kernel, monkeypatch):
     import tileops.dispatch.snapshot
     from tileops import dispatch
