@@ -161,7 +161,8 @@ def test_a_thousand_short_sequences_and_one_long():
 def spec(dtype, H, HV, D, lengths) -> CallSpec:
     return CallSpec(op="kda", entry="KDAFwdOp", mode="varlen", dtype=dtype, device=torch.device("cuda"), arch="sm90",
                     device_name=torch.cuda.get_device_name(), batch=len(lengths), tokens=sum(lengths), heads=H,
-                    value_heads=HV, dim_k=D, dim_v=D, flags=make_flags(scale=D ** -0.5, has_initial_state=True))
+                    value_heads=HV, dim_k=D, dim_v=D, flags=make_flags(scale=D ** -0.5, has_initial_state=True,
+                                                                        gate_dtype="float32"))  # as inputs() draws g
 
 
 # Every config of the space (a refused one skipped) on a call that ends in cut chunks.

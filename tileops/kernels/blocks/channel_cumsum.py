@@ -24,6 +24,17 @@ SPAN_BITS = 8  # a row's first row of its sequence in the window below, its last
 MASK_WORDS = 4  # the rows that begin their sequence (rows 0-31, 32-63), then those that end it
 
 
+def span_first(span):
+    """From a row's ``rows`` span entry: its sequence's first row in the window."""
+    return span & ((1 << SPAN_BITS) - 1)
+
+
+def span_last(span, chunk: int):
+    """From a row's ``rows`` span entry: its sequence's last row in the window (the window's last
+    where the sequence goes on past it)."""
+    return T.min(span >> SPAN_BITS, chunk - 1)
+
+
 class ChannelCumsum(NamedTuple):
     """The macros of γ's scan, in the order a window calls them, and the rows each thread holds."""
     rows_held: int  # R: the length of ``gate_loads``' and ``scan``'s register array

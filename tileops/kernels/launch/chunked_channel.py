@@ -80,7 +80,6 @@ class ChannelPrefillLauncher:
         self.varlen = spec.mode == "varlen"
         assert not (boundaries and self.varlen), "boundary states for equal lengths only"
         self.value_first = bool(spec.flag("state_v_first", False))
-        self.gate = gate_dtype(spec)
         self.prep = compile_channel_prep(config, spec, delta)
         self.chain = compile_channel_chain(config, spec, delta, boundaries)
         self.no_log_rate = NoGate(spec.value_heads)
@@ -111,7 +110,7 @@ class ChannelPrefillLauncher:
         tokens = B * T
         flat_q, flat_k = packed(q, tokens, H, K), packed(k, tokens, H, K)
         flat_v = packed(v, tokens, HV, V)
-        flat_g = packed(g.to(self.gate), tokens, HV, K)  # as the call passes it: no copy
+        flat_g = packed(g, tokens, HV, K)  # in the spec's gate_dtype (the program refuses another)
         o = torch.empty(B, T, HV, V, dtype=q.dtype, device=q.device)
         n = cu_seqlens.shape[0] - 1 if self.varlen else B
         final = torch.empty((n, HV, V, K) if self.value_first else (n, HV, K, V), dtype=torch.float32,

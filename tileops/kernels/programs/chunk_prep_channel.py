@@ -34,7 +34,7 @@ from tileops.kernels.blocks.channel_pairs import SOURCE as PAIRS_SOURCE
 from tileops.kernels.blocks.channel_pairs import block_pairs
 from tileops.kernels.blocks.entry import Sequences, kernel_entry
 from tileops.kernels.blocks.solve_tril import upper_clear, wy_solve
-from tileops.kernels.blocks.channel_cumsum import MASK_WORDS, SPAN_BITS, channel_cumsum
+from tileops.kernels.blocks.channel_cumsum import MASK_WORDS, channel_cumsum, span_first, span_last
 from tileops.kernels.blocks.transforms import row_rnorm
 from tileops.kernels.blocks.window_fold import ROWS_A_WARP, VEC, lane_group, window_fold
 from tileops.kernels.blocks.wy_merge import BLOCK, HALF_TYPES, SCRATCH_LD, SOURCE
@@ -209,7 +209,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
             i = (p * warps + tx // WARP) * ROWS_A_WARP + tx % ROWS_A_WARP
             if t0 + i < tokens:  # the row's values once, then its channel groups unrolled
                 end = T.alloc_var("int32")
-                end = T.min(span_s[i] >> SPAN_BITS, C - 1)
+                end = span_last(span_s[i], C)
                 key_norm = norm(rk_n, i)
                 query_scale = scale * norm(rq_n, i)
                 for it in T.unroll(K // VEC // (WARP // ROWS_A_WARP)):
@@ -242,7 +242,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         ks_l = T.alloc_local([VEC], accum)
         if t0 + i < tokens:
             end = T.alloc_var("int32")
-            end = T.min(span_s[i] >> SPAN_BITS, C - 1)
+            end = span_last(span_s[i], C)
             query_scale = scale * norm(rq_n, i)
             key_norm = norm(rk_n, i)
             for v in T.unroll(VEC, explicit=True):
@@ -318,7 +318,7 @@ def channel_prep_program(*, heads: int, value_heads: int, dim_k: int, chunk: int
         # The masks and factors in the fragments, then the stores: with the stores between them, every
         # element read its row's and column's tables again (13–18 % of the pass's stall samples).
         for i, j in T.Parallel(C, C):
-            kept = j >= (span_s[i] & ((1 << SPAN_BITS) - 1)) and t0 + i < tokens  # i's sequence, from its first row
+            kept = j >= span_first(span_s[i]) and t0 + i < tokens  # i's sequence, from its first row
             if delta:
                 a_f[i, j] = T.if_then_else(kept and j < i, b_s[i] * norm(rk_n, i) * norm(rk_n, j) * a_f[i, j], 0.0)
             m_f[i, j] = T.if_then_else(kept and j <= i, scale * norm(rq_n, i) * norm(rk_n, j) * m_f[i, j], 0.0)
