@@ -55,6 +55,12 @@ class CallSpec:
         return str(self.dtype).removeprefix("torch.")
 
     @property
+    def gate_dtype(self) -> torch.dtype:
+        """The dtype a per-channel gate (KDA's, GLA's) comes in: the input dtype unless the
+        ``gate_dtype`` flag says otherwise (fp32)."""
+        return getattr(torch, str(self.flag("gate_dtype", self.dtype_name)))
+
+    @property
     def tuned_flags(self) -> tuple[tuple[str, object], ...]:
         """The flags that belong in a tuning key."""
         return tuple((k, v) for k, v in self.flags if k not in UNTUNED_FLAGS)

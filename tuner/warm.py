@@ -56,8 +56,9 @@ def compile_winner(record: WinnerRecord) -> None:
         raise ValueError(f"winner {record.kernel} has no recorded call to compile for")
     kernel = get_kernel(record.kernel)
     case = checked_case(record)
-    # KDA's and GLA's gate in fp32 and in the input dtype: a program each where the first pass reads
-    # it (the tuned config serves both), so that neither caller's first call compiles.
+    # KDA's and GLA's gate in fp32 and in the input dtype: a program each, since their prefill's first
+    # pass and their decode step read g as it comes (the tuned config serves both), so that neither
+    # caller's first call compiles.
     gate_forms = (False, True) if case.op in GATE16_OPS else (False,)
     if record.arch != current_arch():
         for gate16 in gate_forms:

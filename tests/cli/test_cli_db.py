@@ -145,8 +145,8 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
 
 
 def test_warm_builds_kdas_and_glas_winners_for_a_gate_in_either_dtype(monkeypatch):
-    """A KDA or GLA winner is built for its gate in fp32 and in the input dtype (the first pass reads
-    each as it comes, so each is a program), any other family's once."""
+    """A KDA or GLA winner is built for its gate in fp32 and in the input dtype (the prefill's first
+    pass and the decode step read each as it comes, so each is a program), any other family's once."""
     import tileops.tuner.warm as warm
     from tileops.dispatch.snapshot import shipped_winners
 

@@ -156,7 +156,8 @@ class GLARecurrentFwdOp(Op):
         s = shapes.sizes
         spec = call_spec("gla", "GLARecurrentFwdOp", "step", q, batch=s["B"], tokens=1, heads=s["H"],
                          value_heads=s["H"], dim_k=s["DK"], dim_v=s["DV"],
-                         scale=resolve_scale(self.scale, s["DK"]), state_dtype=str(state.dtype))
+                         scale=resolve_scale(self.scale, s["DK"]), state_dtype=str(state.dtype),
+                         gate_dtype=gate_dtype(gk, q.dtype))
         return spec, (q, k, v, gk, state)
 
     def _fake(self, q, k, v, gk, state) -> tuple[torch.Tensor, torch.Tensor]:

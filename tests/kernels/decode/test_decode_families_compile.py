@@ -180,3 +180,56 @@ def test_each_ops_arguments_reach_the_step_in_place(entry, mode, rule, args, exp
     launch = forward_order(recorder, spec_for(family, entry, mode), DecodeRule(*rule))
     launch(*(Named(a) for a in args))
     assert recorder.received == expected
+
+
+def _decode_calls():
+    """(op, its call's tensors): a per-channel gate in either dtype, a state in 16 bits (beta in
+    fp32: its dtype is not in the spec, and a call with another compiles its own program)."""
+    from tileops.linear_attention import DeltaNetRecurrentFwdOp, GLAFwdOp, GLARecurrentFwdOp, KDAFwdOp
+
+    torch.manual_seed(0)
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+
+    def tokens(dtype, heads=2, dim=64, bthd=True):
+        shape = (3, 1, heads, dim) if bthd else (3, heads, dim)
+        return [torch.randn(*shape, dtype=dtype) for _ in range(3)]
+
+    def gate(dtype, bthd=True):
+        return -torch.rand(*((3, 1, 2, 64) if bthd else (3, 2, 64))).to(dtype)
+
+    beta = torch.rand(3, 1, 2)
+    return {
+        "kda-bf16-gate": (KDAFwdOp(), (*tokens(bf16), gate(bf16), beta)),
+        "kda-fp32-gate": (KDAFwdOp(), (*tokens(bf16), gate(fp32), beta)),
+        "kda-bf16-gate-beta-in-kernel": (KDAFwdOp(use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True),
+                                         (*tokens(bf16), gate(bf16), beta, None, None, None, torch.rand(2),
+                                          torch.rand(2, 64))),
+        "gla-bf16-gate": (GLAFwdOp(), (*tokens(bf16), gate(bf16))),
+        "gla-step-fp16-state": (GLARecurrentFwdOp(), (*tokens(fp16, bthd=False), gate(fp32, bthd=False),
+                                                      torch.randn(3, 2, 64, 64, dtype=fp16))),
+        "deltanet-step-fp16-state": (DeltaNetRecurrentFwdOp(), (*tokens(fp16, bthd=False), torch.rand(3, 2),
+                                                                torch.randn(3, 2, 64, 64, dtype=fp16))),
+    }
+
+
+@pytest.mark.parametrize("call", sorted(_decode_calls()))
+def test_a_calls_first_step_finds_its_program_built_ahead(call, monkeypatch):
+    """The program a decode kernel builds with its launcher is the variant its op's calls launch:
+    g (a per-channel gate in the input dtype or fp32), beta and the state as the call passes them,
+    so that the first call compiles nothing (and a CUDA graph may capture it)."""
+    from dataclasses import replace
+
+    from tileops import dispatch
+    from tileops.kernels.launch import decode
+
+    built, launched = [], []
+    monkeypatch.setattr(decode, "decode_compiled",
+                        lambda shape, arch: built.append(shape) or decode.Program(lambda *a: launched.append(a), None, None))
+    op, args = _decode_calls()[call]
+    spec, args = op.describe(*args)
+    spec = replace(spec, device=torch.device("cuda", 0), arch="sm90", device_name="NVIDIA H200")
+    kernel = get_kernel(dispatch.explain_spec(type(op).__name__, None, spec).kernel)
+    launch = kernel.build(kernel.default(spec), spec)
+    assert len(built) == 1
+    launch(*args)
+    assert len(built) == 1 and len(launched) == 1  # the step launched the program built ahead

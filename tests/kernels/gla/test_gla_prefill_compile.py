@@ -3,6 +3,8 @@ and both passes compiled for sm_90a without the delta rule (registers, spills, s
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -67,9 +69,12 @@ def test_few_long_sequences_compile_their_cut_as_packed_sequences():
     cpu = torch.device("cpu")
     long_one = ChannelPrefillLauncher(ChannelPrefillConfig(), spec(batch=1, tokens=32768), delta=False)
     assert long_one.cut_plan((32768,), cpu).count == 8 and long_one.cut_plan((8192,) * 4, cpu) is None
-    for program in (long_one.cut_prep, long_one.cut_chain):
+    for program in (long_one.cut_prep, long_one.cut_chain, long_one.cut_finals):
         assert "cu_seqlens" in program.get_kernel_source()
         assert_fits_an_sm(program, launch_smem(program))
+    # The walk from zero, for a piece's final state alone, reads K_s and V, neither Q_o nor M, and writes no output.
+    finals = long_one.cut_finals.get_kernel_source()
+    assert {name for name in ("q", "ku", "v", "m", "o") if re.search(rf"__restrict__ {name}\b", finals)} == {"ku", "v"}
     # The entries: a thread's row of a 32-column tile in registers, no shared memory, no spills.
     usage = assert_fits_an_sm(long_one.cut_entries)
     assert usage.registers <= 96 and {"pieces", "seqs"} <= runtime_dims(long_one.cut_entries)

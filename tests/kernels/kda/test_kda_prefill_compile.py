@@ -71,7 +71,6 @@ def test_the_default_takes_one_stage_only_where_the_call_is_cut():
 def test_the_call_says_which_dtype_its_gate_comes_in(gate):
     """A per-channel gate in the input dtype (the specification's) or in fp32: the spec says which
     (the tuning key does not: only the first pass reads g), and the first pass reads it so."""
-    from tileops.kernels.launch.chunked_channel import gate_dtype
     from tileops.linear_attention import GLAChunkFwdOp, GLAFwdOp, KDAFwdOp
 
     q = torch.randn(1, 64, 2, 64, dtype=torch.bfloat16)
@@ -80,7 +79,7 @@ def test_the_call_says_which_dtype_its_gate_comes_in(gate):
                      (GLAChunkFwdOp(), (q, q, q, g))):
         call, _ = op.describe(*args)
         assert call.flag("gate_dtype") == (None if gate == torch.bfloat16 else "float32")
-        assert "gate_dtype" not in dict(call.tuned_flags) and gate_dtype(call) == gate
+        assert "gate_dtype" not in dict(call.tuned_flags) and call.gate_dtype == gate
 
 
 @needs_nvcc
@@ -117,13 +116,16 @@ def test_few_long_sequences_compile_their_cut_with_the_transitions():
     cpu = torch.device("cpu")
     long_one = ChannelPrefillLauncher(ChannelPrefillConfig(), spec(batch=1, tokens=32768, heads=16, value_heads=16))
     assert long_one.cut_plan((32768,), cpu).count == 4 and long_one.cut_plan((8192,) * 4, cpu) is None
-    for program in (long_one.cut_prep, long_one.cut_chain, long_one.cut_transition):
+    for program in (long_one.cut_prep, long_one.cut_chain, long_one.cut_finals, long_one.cut_transition):
         assert "cu_seqlens" in program.get_kernel_source()
         assert_fits_an_sm(program, launch_smem(program))
-    # The transition's walk reads no V and writes no output.
-    chain, transition = long_one.cut_chain.get_kernel_source(), long_one.cut_transition.get_kernel_source()
-    for name in ("o", "v", "h0"):  # the kernel's parameters: those it touches
-        assert re.search(rf"__restrict__ {name}\b", chain) and not re.search(rf"__restrict__ {name}\b", transition)
+    # The walks for a piece's final state and its transition read neither Q_o nor M and write no
+    # output; the transition's reads no V either.
+    chain, finals, transition = (program.get_kernel_source() for program in
+                                 (long_one.cut_chain, long_one.cut_finals, long_one.cut_transition))
+    touches = {program: {name for name in ("q", "m", "o", "v", "h0") if re.search(rf"__restrict__ {name}\b", program)}
+               for program in (chain, finals, transition)}  # the kernel's parameters: those it touches
+    assert touches == {chain: {"q", "m", "o", "v", "h0"}, finals: {"v", "h0"}, transition: set()}
     # The entries: a thread's row of a 32-column tile in registers, the tile in shared memory, no spills.
     usage = assert_fits_an_sm(long_one.cut_entries, launch_smem(long_one.cut_entries))
     assert usage.registers <= 128 and {"pieces", "seqs"} <= runtime_dims(long_one.cut_entries)

@@ -56,10 +56,12 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     whose β is zero there) keeps them out of Δ by itself. The matrix moves take no mask. ``m_s``
     holds M, or Mᵀ with ``m_transposed``.
 
-    ``channel``: the walk under one decay per key channel (above; elementwise moves, with outputs):
-    ``step`` takes the decayed keys K_x in ``k_s``, those of the update K_s in ``ku_s`` after it,
-    Q_o in ``q_s``, and in place of the row factors ``d_s`` [stages, K], the decay of the state's
-    columns. Without ``delta`` (per-channel only) Δᵀ is Vᵀ: ``k_s`` and ``tp_s`` are not read.
+    ``channel``: the walk under one decay per key channel (above; elementwise moves): ``step``
+    takes the decayed keys K_x in ``k_s``, those of the update K_s in ``ku_s`` after it, Q_o in
+    ``q_s``, and in place of the row factors ``d_s`` [stages, K], the decay of the state's columns.
+    Without ``delta`` (per-channel only) Δᵀ is Vᵀ: ``k_s`` and ``tp_s`` are not read. Without
+    ``outputs`` (a cut piece's walk for its final state or its transition) neither are ``q_s`` and
+    ``m_s``: the products with Q_o and M are left out.
     """
     BV, K, C = rows, dim_k, chunk
     accum = "float32"
@@ -67,7 +69,7 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
     by_copy_engine = moves == "tma-output"
     paired = issue == "paired"
     assert not (matrix and masked), "the matrix moves take no mask"
-    assert not (channel and (matrix or not outputs)), "the per-channel walk moves elementwise and has outputs"
+    assert not (channel and matrix), "the per-channel walk moves elementwise"
     assert delta or channel, "only the per-channel walk goes without the delta rule"
     x_operand, output_rows = matrix_moves(dtype)
 
@@ -76,8 +78,9 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         return T.if_then_else(T.And(lo <= j, j < hi), value, 0.0) if masked else value
 
     def values(v, with_v):
-        """A V element, or 0 where ``with_v`` is false (the summary step only)."""
-        return v if outputs else T.if_then_else(with_v, v, 0.0)
+        """A V element, or 0 where ``with_v`` is false (the summary step only; the per-channel walk
+        reads its V tile, zero for a transition, whatever its outputs)."""
+        return v if outputs or channel else T.if_then_else(with_v, v, 0.0)
 
     @T.macro
     def fence(c):
@@ -141,7 +144,8 @@ def walk_step(*, rows: int, dim_k: int, chunk: int, dtype: str, m_transposed: bo
         dk_a = d_a if channel else T.alloc_fragment([BV, C], dtype)  # the keys carry the decays
         T.copy(s_f, s_a)
         if not delta:  # Δᵀ is Vᵀ
-            T.gemm(s_a, q_s[s, :, :], o_f, transpose_B=True, clear_accum=True, policy=ROWS)
+            if outputs:
+                T.gemm(s_a, q_s[s, :, :], o_f, transpose_B=True, clear_accum=True, policy=ROWS)
             for i, j in T.Parallel(BV, C):
                 d_a[i, j] = kept(v_s[s, j, i], j, lo, hi)
         else:

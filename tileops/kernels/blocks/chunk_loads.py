@@ -23,15 +23,17 @@ def chunk_loader(chunk: int, block_v: int):
     return load_chunk
 
 
-def channel_chunk_loader(chunk: int, block_v: int, delta: bool = True, values: bool = True):
+def channel_chunk_loader(chunk: int, block_v: int, delta: bool = True, values: bool = True, outputs: bool = True):
     """As ``chunk_loader`` under one decay per key channel: Q_o, K_x and K_s of value head hv
     (``chunk_prep_channel``'s), the V tile, T', M and the state's decay over the segment, row
-    ``decay_row`` of ``decay``; without ``delta`` neither K_x nor T', without ``values`` no V tile."""
+    ``decay_row`` of ``decay``; without ``delta`` neither K_x nor T', without ``values`` no V tile,
+    without ``outputs`` neither Q_o nor M."""
     C, BV = chunk, block_v
 
     @T.macro
     def load_chunk(qo, kx, ks, v, tp, m, decay, q_s, k_s, ku_s, v_s, tp_s, m_s, d_s, t0, decay_row, hv, v0):
-        T.copy(qo[hv, t0:t0 + C, :], q_s)
+        if outputs:
+            T.copy(qo[hv, t0:t0 + C, :], q_s)
         if delta:
             T.copy(kx[hv, t0:t0 + C, :], k_s)
         T.copy(ks[hv, t0:t0 + C, :], ku_s)
@@ -39,7 +41,8 @@ def channel_chunk_loader(chunk: int, block_v: int, delta: bool = True, values: b
             T.copy(v[t0:t0 + C, hv, v0:v0 + BV], v_s)
         if delta:
             T.copy(tp[hv, t0:t0 + C, :], tp_s)
-        T.copy(m[hv, t0:t0 + C, :], m_s)
+        if outputs:
+            T.copy(m[hv, t0:t0 + C, :], m_s)
         T.copy(decay[hv, decay_row, :], d_s)
 
     return load_chunk

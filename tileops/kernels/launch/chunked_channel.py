@@ -25,11 +25,6 @@ from tileops.kernels.hardware import sm_count
 from tileops.kernels.plans.channel_pieces import MIN_WINDOWS, CutPlan, cut_plan, may_cut, piece_windows, walk_tiles
 from tileops.kernels.plans.packing import packed
 
-def gate_dtype(spec: CallSpec) -> torch.dtype:
-    """The dtype the call's per-channel gate comes in: the input dtype unless ``gate_dtype`` says fp32."""
-    return getattr(torch, str(spec.flag("gate_dtype", spec.dtype_name)))
-
-
 def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = True,
                          gate: Optional[torch.dtype] = None) -> Program:
     """The first pass for ``spec`` under one decay per key channel (``delta``: with the delta rule),
@@ -38,21 +33,25 @@ def compile_channel_prep(config: KernelConfig, spec: CallSpec, delta: bool = Tru
     del flags["gated"]
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, chunk=config.chunk_size,
                 sequences=sequences(spec), scale=query_scale(spec), lower_bound=spec.flag("lower_bound"),
-                delta=delta, gate_dtype=TL_DTYPES[gate or gate_dtype(spec)], **flags)
+                delta=delta, gate_dtype=TL_DTYPES[gate or spec.gate_dtype], **flags)
     return compiled("tileops.kernels.programs.chunk_prep_channel:channel_prep_program", args, spec.arch, FIRST_PASS_CONFIGS)
 
 
 def compile_channel_chain(config: KernelConfig, spec: CallSpec, delta: bool = True, boundaries: bool = False,
-                          transition: bool = False) -> Program:
+                          transition: bool = False, outputs: bool = True) -> Program:
     """The value-major state pass for ``spec`` under one decay per key channel (``boundaries``:
-    storing the state at every chunk boundary too; ``transition``: each sequence's Φ instead)."""
+    storing the state at every chunk boundary too; ``transition``: each sequence's Φ instead;
+    without ``outputs``: its final state alone)."""
     args = dict(heads=spec.heads, value_heads=spec.value_heads, dim_k=spec.dim_k, dim_v=spec.dim_v,
                 chunk=config.chunk_size, block_v=config.block_v, dtype=TL_DTYPES[spec.dtype],
                 sequences=sequences(spec), state_v_first=bool(spec.flag("state_v_first", False)),
                 threads=2 * config.block_v, num_stages=config.num_stages, channel=True,
                 delta=delta, boundaries=boundaries)
-    if transition:  # left out otherwise: the other programs' arguments (and cache keys) stay as they were
+    # Left out otherwise: the other programs' arguments (and cache keys) stay as they were.
+    if transition:
         args["transition"] = True
+    elif not outputs:
+        args["outputs"] = False
     return compiled("tileops.kernels.programs.chain_value:chain_program", args, spec.arch, PASS_CONFIGS)
 
 
@@ -85,11 +84,12 @@ class ChannelPrefillLauncher:
         self.no_log_rate = NoGate(spec.value_heads)
         self.no_bias = NoGate(spec.value_heads * spec.dim_k)
         # Few long sequences: both passes again for the pieces, as packed sequences.
-        self.cut_prep = self.cut_chain = self.cut_transition = self.cut_entries = None
+        self.cut_prep = self.cut_chain = self.cut_finals = self.cut_transition = self.cut_entries = None
         if may_cut(spec, config.block_v, delta):
             packed_spec = dataclasses.replace(spec, mode="varlen")
             self.cut_prep = compile_channel_prep(config, packed_spec, delta)
             self.cut_chain = compile_channel_chain(config, packed_spec, delta)
+            self.cut_finals = compile_channel_chain(config, packed_spec, delta, outputs=False)
             if delta:
                 self.cut_transition = compile_channel_chain(config, packed_spec, delta, transition=True)
             self.cut_entries = compile_channel_entries(config, spec, delta)
@@ -160,12 +160,13 @@ class ChannelPrefillLauncher:
 
     def cut(self, plan, first, firsts, walk, flat_o, o, final, has_init):
         """The call with its sequences cut as ``plan`` says (``plans.channel_pieces``): the first
-        pass and a walk from zero for every piece (under the delta rule one from the identity too:
-        its transition), the entries, the walk again from them."""
+        pass and a walk from zero for every piece, for its final state alone (under the delta rule
+        one from the identity too: its transition), the entries, the walk again from them, with
+        the outputs."""
         self.cut_prep(*first, plan.bounds, *firsts)
         *inputs, decay, h0 = walk
         states = torch.empty(plan.count, *final.shape[1:], dtype=final.dtype, device=final.device)
-        self.cut_chain(*inputs, decay, states, plan.bounds, flat_o, states, 0)
+        self.cut_finals(*inputs, decay, states, plan.bounds, flat_o, states, 0)
         steps = decay  # what carries a piece's entry to the next: its decay rows, or its transition
         if self.cut_transition is not None:
             steps = torch.empty_like(states)  # K = V: Φ has a state's shape

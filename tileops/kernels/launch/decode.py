@@ -20,6 +20,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def stand_ins(g, beta, A_log, dt_bias, state, gate_in_kernel: bool) -> tuple:
+    """g, beta, A_log and dt_bias as the program reads them (tensors, or their dtypes): where a
+    family has no g or no beta the other stands in, where a call has no dt_bias A_log does, and
+    without the in-kernel gate neither is read: the state stands in for both."""
+    if g is None:
+        g = beta
+    elif beta is None:
+        beta = g
+    if gate_in_kernel:
+        dt_bias = A_log if dt_bias is None else dt_bias
+    else:
+        A_log = dt_bias = state
+    return g, beta, A_log, dt_bias
+
+
 @functools.lru_cache(maxsize=None)
 def decode_compiled(shape: DecodeShape, arch: str) -> Program:
     """The compiled program of ``shape`` for ``arch``, shared by every launcher in the process."""
@@ -35,8 +50,9 @@ class DecodeLauncher:
     layout, fp32 unless the call's ``state_dtype`` says otherwise; ``initial_state`` is only read.
     The batch size is a run-time value of the compiled program. g, beta, A_log and dt_bias may
     each come in the token dtype or fp32 and the initial state may be absent: the program for
-    such a variant is compiled on its first call (the fp32 one, with or without a state as the
-    spec says, is compiled here, ahead of time).
+    such a variant is compiled on its first call. The spec's own is compiled here, ahead of time:
+    a per-channel gate in its ``gate_dtype``, any other g, beta, A_log and dt_bias in fp32, with
+    or without a state as the spec says.
     """
 
     def __init__(self, config, spec: CallSpec, rule: DecodeRule = DELTA_SCALAR, name: str = "tl.gdn_decode") -> None:
@@ -52,7 +68,11 @@ class DecodeLauncher:
         self.programs: dict[Variant, object] = {}  # the JIT kernels, for inspection
         self.entries: dict[Variant, object] = {}  # their entry points, for launching
         fp32 = torch.float32
-        self.program((fp32, fp32, fp32, fp32, bool(spec.flag("has_initial_state", True))))
+        gate = {"none": None, "channel": spec.gate_dtype}.get(rule.gate, fp32)
+        in_kernel = fp32 if self.gate_in_kernel else None
+        bias = in_kernel if spec.flag("has_dt_bias", True) else None
+        dtypes = stand_ins(gate, fp32 if rule.delta else None, in_kernel, bias, self.state_dtype, self.gate_in_kernel)
+        self.program((*dtypes, bool(spec.flag("has_initial_state", True))))
 
     def program(self, variant: Variant):
         """The entry point of one variant's program, compiled now if it is new."""
@@ -102,16 +122,8 @@ class DecodeLauncher:
         state = torch.empty((batch,) + self.state_dims, dtype=self.state_dtype, device=q.device)
         if batch == 0:
             return o, state
-        if g is None:
-            g = beta
-        elif beta is None:
-            beta = g
-        g, beta = g.contiguous(), beta.contiguous()
-        if self.gate_in_kernel:
-            A_log = A_log.contiguous()
-            dt_bias = A_log if dt_bias is None else dt_bias.contiguous()
-        else:
-            A_log = dt_bias = state  # never read
+        g, beta, A_log, dt_bias = (x.contiguous() for x in stand_ins(g, beta, A_log, dt_bias, state,
+                                                                     self.gate_in_kernel))
         has_state = initial_state is not None
         q, k = q.contiguous(), k.contiguous()
         h0 = initial_state.contiguous() if has_state else state
