@@ -51,8 +51,8 @@ class DecodeLauncher:
     The batch size is a run-time value of the compiled program. g, beta, A_log and dt_bias may
     each come in the token dtype or fp32 and the initial state may be absent: the program for
     such a variant is compiled on its first call. The spec's own is compiled here, ahead of time:
-    a per-channel gate in its ``gate_dtype``, any other g, beta, A_log and dt_bias in fp32, with
-    or without a state as the spec says.
+    a per-channel gate in its ``gate_dtype``, any other g, beta, A_log and dt_bias in fp32, the
+    stand-ins as ``stand_ins`` forms them, with or without a state as the spec says.
     """
 
     def __init__(self, config, spec: CallSpec, rule: DecodeRule = DELTA_SCALAR, name: str = "tl.gdn_decode") -> None:
