@@ -122,8 +122,10 @@ class DecodeLauncher:
         state = torch.empty((batch,) + self.state_dims, dtype=self.state_dtype, device=q.device)
         if batch == 0:
             return o, state
-        g, beta, A_log, dt_bias = (x.contiguous() for x in stand_ins(g, beta, A_log, dt_bias, state,
-                                                                     self.gate_in_kernel))
+        g, beta, A_log, dt_bias = stand_ins(g, beta, A_log, dt_bias, state, self.gate_in_kernel)
+        g, beta = g.contiguous(), beta.contiguous()
+        if self.gate_in_kernel:  # else the state stands in for both
+            A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
         has_state = initial_state is not None
         q, k = q.contiguous(), k.contiguous()
         h0 = initial_state.contiguous() if has_state else state
