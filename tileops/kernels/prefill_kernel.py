@@ -33,7 +33,7 @@ from tileops.kernels.calls import shape_problem
 from tileops.kernels.hardware import MAX_STATE_CELLS, SMEM_BYTES, WARPGROUP, sm_count
 from tileops.kernels.launch.chunked import PrefillLauncher
 from tileops.kernels.plans.entries import WARM_REACH
-from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width, summary_tile
+from tileops.kernels.plans.pieces import PIECE_WIDTHS, piece_width, summary_jobs, summary_span, summary_tile
 from tileops.kernels.plans.tiles import FUSED_CHUNK, FUSED_STAGES, chain_smem_bytes, fused_smem_bytes
 from tileops.kernels.registry import register
 
@@ -282,6 +282,12 @@ def plan(config: PrefillConfig, spec: CallSpec, gated: bool = True) -> str:
     exact = "every piece's state and transition summarised at once, then chained through each sequence"
     if summary_tile(spec, config.piece_chunks, config.chunk_size):
         exact += " (each summary on two CTAs of 64 value rows: so few would leave SMs idle)"
+    elif spec.mode != "varlen":
+        span = summary_span((spec.tokens,), config.chunk_size, config.piece_chunks, walks, sms)
+        if span < config.piece_chunks:
+            exact += (f" (each summary over {span} of a piece's chunks: "
+                      f"{walks * summary_jobs(-(-spec.tokens // config.chunk_size), config.piece_chunks, span)} "
+                      f"such jobs fill the SMs' waves better than whole pieces)")
     if not gated:
         return (cut + "Without a gate nothing is forgotten: a piece after its sequence's first starts from its "
                 f"exact entry state: {exact}")

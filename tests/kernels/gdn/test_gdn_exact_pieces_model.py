@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tileops.cases import GATE_KINDS, log_decays
 from tileops.kernels.blocks.transforms import LOG_DECAY_FLOOR
 from tileops.kernels.plans.entries import IDENTITY, WARM_REACH, entry_plan
-from tileops.kernels.plans.pieces import host_plan
+from tileops.kernels.plans.pieces import host_plan, summary_jobs, summary_span, summary_time
 from tileops.kernels.programs.warm_start import FORGOTTEN
 from tileops.reference import recurrent_delta_rule
 
@@ -88,17 +88,18 @@ def warm_rows(k, g, beta, plan, reach, has_init, sequences):
     return begin, rows
 
 
-def schedule(q, k, v, g, beta, h0, lengths, piece_chunks, scale, reach=0, value_tile=0):
+def schedule(q, k, v, g, beta, h0, lengths, piece_chunks, scale, reach=0, value_tile=0, span=0):
     """(o [T, HV, V], final [N, HV, K, V]) of packed sequences [T, H, .] through the exact schedule:
     every piece that does not start its sequence from its entry state (``reach`` 0), or only those
     whose warm-up would reach back more than ``reach`` chunks. ``g`` None: no gate (DeltaNet), the
     programs' log decays 0 and the plan's ``exact_rows`` in place of ``warm_start``'s.
     ``value_tile``: each summary walked as the split program walks it, that many value rows at a
-    time (the identity's rows from the tile's first on), 0 all at once."""
+    time (the identity's rows from the tile's first on), 0 all at once. ``span``: the chunks each
+    summary job walks (0: a piece)."""
     heads, value_heads = k.shape[1], v.shape[1]
     group = value_heads // heads
     plan = host_plan(lengths, piece_chunks, C, value_heads, CPU)
-    ep = entry_plan(lengths, piece_chunks, C, value_heads, CPU)
+    ep = entry_plan(lengths, piece_chunks, C, value_heads, CPU, span)
     has_init = int(h0 is not None)
     dim, n = k.shape[2], len(lengths)
     if g is None:
@@ -254,6 +255,55 @@ def test_each_piece_is_summarised_once_and_chained_in_order():
         starts = [int(plan.start[p]) for p in pieces]
         assert starts == sorted(starts) and int(plan.start[pieces[0]]) == int(plan.first[pieces[0]])
         assert all(int(plan.end[a]) == int(plan.start[b]) for a, b in zip(pieces, pieces[1:]))
+
+
+@pytest.mark.parametrize("gates", ["zero", "weak", "mamba"])
+@pytest.mark.parametrize("span", [2, 1])
+@pytest.mark.parametrize("lengths, piece_chunks, init", CUTS)
+def test_summaries_over_spans_shorter_than_a_piece_are_the_recurrence(rng, gates, span, lengths, piece_chunks, init):
+    # Jobs of half or a quarter of a piece: more of them and a longer chain, whose states at the
+    # pieces' starts are the entries.
+    q, k, v, g, beta, h0 = inputs(rng, lengths, 1, 2, 16, gates, init)
+    o, final = schedule(q, k, v, g, beta, h0, lengths, piece_chunks, 0.25, span=span)
+    ref_o, ref_final = reference(q, k, v, g, beta, h0, lengths, 0.25)
+    assert relative(o, ref_o) <= 1e-12
+    assert relative(final, ref_final) <= 1e-12
+
+
+def test_spans_tile_the_pieces_and_enter_each_at_its_start():
+    lengths, piece_chunks, span = (1100, 64, 300), 4, 2
+    ep = entry_plan(lengths, piece_chunks, C, 2, CPU, span)
+    plan = host_plan(lengths, piece_chunks, C, 2, CPU)
+    # 1100 tokens: pieces of 256, 256, 256, 256, 76; the four before the last in spans of 128: R of 8,
+    # Φ of 7. 300 tokens: 256 + 44, one span pair: R of 2, Φ of 1.
+    assert ep.jobs == (8 + 7) + (2 + 1) and (ep.end - ep.begin[:, 0] <= span * C).all()
+    for c in range(ep.chains):
+        steps = [int(s) for s in ep.state_slot[c] if s >= 0]
+        bounds = [(int(ep.begin[j, 0]), int(ep.end[j])) for j in steps]
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))  # contiguous, in order
+        first = int(ep.chain_piece[c, 0])
+        entered = []
+        for r, p in enumerate(ep.chain_piece[c].tolist()[:len(bounds) + 1]):
+            at = bounds[r][0] if r < len(bounds) else bounds[-1][1]
+            if p != first:  # the piece entered with S_r starts where span r does (or the spans end)
+                assert int(plan.start[p]) == at
+                entered.append(p)
+            else:  # a state inside a piece: the first piece's row, which its walk never reads
+                assert r == 0 or int(plan.start[p]) != at
+        assert len(entered) == int((plan.seq == plan.seq[first]).sum()) - 1
+
+
+def test_a_summary_span_is_shortened_only_where_it_fills_the_last_wave():
+    sms = 132
+    # B1 x T32768 at HV32 in pieces of 128 chunks: 160 jobs, two waves of 128 chunks; spans of 64:
+    # 352 jobs in three waves of 64 and three more chain steps.
+    assert summary_jobs(512, 128) == 5 and summary_jobs(512, 128, 64) == 11
+    assert summary_span((32768,), C, 128, 32, sms) == 64
+    assert summary_time((512,), 128, 32, sms, 64) < summary_time((512,), 128, 32, sms, 128)
+    # Where whole pieces' jobs fill their waves, they stay whole.
+    assert summary_span((32768,) * 2, C, 128, 32, sms) == 128  # 320 jobs: three waves either way
+    assert summary_span((8192,) * 4, C, 64, 16, sms) == 64  # 64 jobs: one wave
+    assert summary_span((1100,), C, 4, 2, sms) == 4  # no span below MIN_SPAN
 
 
 @pytest.mark.parametrize("gates", ["zero", "weak"])

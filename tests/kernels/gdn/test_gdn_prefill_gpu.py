@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from tileops.callspec import CallSpec, make_flags
 from tileops.kernels.gdn.prefill import KERNEL
+from tileops.kernels.hardware import sm_count
+from tileops.kernels.plans.pieces import summary_span
 from tileops.kernels.prefill_kernel import PrefillConfig, default, fused_config
 from tileops.linear_attention import GDNFwdOp
 from tileops.tuner.gate import in_float64, relative_error
@@ -315,6 +317,9 @@ def test_the_exact_schedule_serves_few_long_sequences_by_default(D, decay):
     spec = call_spec(mode="prefill", dtype=dtype, heads=H, value_heads=HV, dim=D, batch=1, tokens=T)
     config = default(spec)
     assert config.fused and config.piece_chunks
+    # Four pieces a head, 160 summaries of whole pieces for 132 SMs: the summaries walk half pieces.
+    assert summary_span((T,), config.chunk_size, config.piece_chunks, HV, sm_count(spec.device, spec.arch)) < \
+        config.piece_chunks
     gen = torch.Generator(device="cuda").manual_seed(3)
     toks, h0, _, _ = inputs(gen, 1, T, H, HV, D, dtype, n=1, init=True, logits=False, gate=False)
     if decay == "weak":

@@ -17,9 +17,10 @@ from tileops.callspec import CallSpec
 from tileops.kernels.config import KernelConfig
 from tileops.kernels.launch.chunked_programs import (compile_chain, compile_fused, compile_piece_entries, compile_prep,
                                                      compile_summary, compile_warm_start)
+from tileops.kernels.hardware import sm_count
 from tileops.kernels.plans.entries import entry_plan
 from tileops.kernels.plans.packing import packed
-from tileops.kernels.plans.pieces import plan_for, summary_tile
+from tileops.kernels.plans.pieces import plan_for, summary_span, summary_tile
 
 
 class NoGate:
@@ -53,6 +54,7 @@ class PrefillLauncher:
         self.summary = compile_summary(config, spec, gated, summary_tile(spec, config.piece_chunks,
                                                                          config.chunk_size)) if pieces else None
         self.piece_entries = compile_piece_entries(spec) if pieces else None
+        self.sms = sm_count(spec.device, spec.arch)
         self.chain = None if config.fused else compile_chain(config, spec)
         self.prep = None if config.fused else compile_prep(config, spec, gated)
         self.no_gate = NoGate(spec.value_heads)
@@ -75,7 +77,9 @@ class PrefillLauncher:
         (sequence, value head) pairs whose pieces ``walk_rows`` points at entry rows."""
         has_init = 0 if initial_state is None else 1
         heads = plan.starts.shape[1]
-        ep = entry_plan(plan.lengths, self.config.piece_chunks, self.config.chunk_size, heads, plan.start.device)
+        chunk, piece_chunks = self.config.chunk_size, self.config.piece_chunks
+        span = summary_span(plan.lengths, chunk, piece_chunks, heads, self.sms)
+        ep = entry_plan(plan.lengths, piece_chunks, chunk, heads, plan.start.device, span)
         state = (self.spec.dim_v, self.spec.dim_k) if self.value_first else (self.spec.dim_k, self.spec.dim_v)
         entries = torch.empty(ep.sequences + plan.count, heads, *state, dtype=torch.float32, device=plan.start.device)
         if initial_state is not None:

@@ -26,6 +26,7 @@ WARM_CHUNKS = 4  # chunks a piece's warm-up walks under the benchmarks' decays, 
 SUMMARY_COST = 0.8  # a summary job's chunk against a walk's (docs/exact-pieces.md)
 # One step Φ S of an entry chain in walk chunks: 128³ fp32 FMAs on one SM's 128 lanes, about 9 µs.
 CHAIN_STEP = 3
+MIN_SPAN = 16  # the fewest chunks a summary job walks
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,8 @@ def piece_width(walks: int, chunks: int, sms: int, exact: bool = False) -> int:
     """The piece width (in chunks; 0 for whole sequences) that a model of the fused kernel's time
     likes best: the waves of CTAs over ``sms`` SMs times the chunks each walks, a piece's warm-up
     of WARM_CHUNKS chunks included once sequences are cut, or with ``exact`` (no gate: every later
-    piece takes its exact entry) the waves of summary jobs before the walk, SUMMARY_COST of a walk
-    chunk each, and the entry chain's CHAIN_STEP per middle piece. Ties go to the wider pieces (fewer warm-ups or summaries)."""
+    piece takes its exact entry) the summaries before the walk (``summary_time`` at their best
+    span). Ties go to the wider pieces (fewer warm-ups or summaries)."""
     best, best_cost = 0, -(-walks // sms) * chunks
     for width in sorted(PIECE_WIDTHS, reverse=True):
         if width >= chunks:
@@ -136,28 +137,56 @@ def piece_width(walks: int, chunks: int, sms: int, exact: bool = False) -> int:
         pieces = -(-chunks // width)
         cost = -(-walks * pieces // sms) * (width + (0 if exact else WARM_CHUNKS))
         if exact:
-            cost += -(-walks * summary_jobs(chunks, width) // sms) * width * SUMMARY_COST + (pieces - 2) * CHAIN_STEP
+            cost += summary_time((chunks,), width, walks, sms, summary_span((chunks,), 1, width, walks, sms))
         if cost < best_cost:
             best, best_cost = width, cost
     return best
 
 
-def summary_jobs(chunks: int, piece_chunks: int) -> int:
+def summary_jobs(chunks: int, piece_chunks: int, span: int = 0) -> int:
     """The exact schedule's summary jobs for one sequence of ``chunks`` chunks cut every
-    ``piece_chunks``: R of every piece but the last, Φ of every middle one."""
+    ``piece_chunks``, each job walking ``span`` chunks (0: a piece): R of every span of the pieces
+    but the last, Φ of each of those spans but the first."""
     pieces = -(-chunks // piece_chunks) if piece_chunks else 1
-    return 2 * pieces - 3 if pieces > 1 else 0
+    spans = (pieces - 1) * (piece_chunks // (span or piece_chunks)) if pieces > 1 else 0
+    return 2 * spans - 1 if spans else 0
+
+
+def summary_time(chunks: tuple[int, ...], piece_chunks: int, value_heads: int, sms: int, span: int) -> float:
+    """The summaries' and entry chains' time in walk chunks for sequences of ``chunks`` chunks
+    (``value_heads`` each) cut every ``piece_chunks``, each summary job walking ``span`` chunks:
+    the waves of jobs over ``sms`` SMs, SUMMARY_COST of a walk chunk each, then the longest
+    chain's steps Φ S at CHAIN_STEP each."""
+    per_sequence = [summary_jobs(c, piece_chunks, span) for c in chunks]
+    jobs = value_heads * sum(per_sequence)
+    steps = max((j + 1) // 2 - 1 for j in per_sequence) if per_sequence else 0
+    return -(-jobs // sms) * span * SUMMARY_COST + max(steps, 0) * CHAIN_STEP
+
+
+@functools.lru_cache(maxsize=256)
+def summary_span(lengths: tuple[int, ...], chunk: int, piece_chunks: int, value_heads: int, sms: int) -> int:
+    """The chunks each summary job walks for sequences of ``lengths`` tokens cut every
+    ``piece_chunks`` chunks of ``chunk``: a piece, or a half or quarter of one (at least
+    MIN_SPAN), whichever ``summary_time`` likes best (ties to the longer). Shorter spans mean more
+    jobs and a longer entry chain, but a shorter last wave of jobs: B1×T32768 at HV32 has 160
+    jobs of 128 chunks for 132 SMs, two waves of 128 chunks; of 64, 352 jobs in three of 64."""
+    chunks = tuple(-(-length // chunk) for length in lengths)
+    spans = [piece_chunks >> i for i in range(3) if piece_chunks >> i >= MIN_SPAN] or [piece_chunks]
+    return min(spans, key=lambda span: summary_time(chunks, piece_chunks, value_heads, sms, span))
 
 
 def summary_tile(spec: CallSpec, piece_chunks: int, chunk: int) -> int:
     """The value rows a summary CTA walks for ``spec`` cut every ``piece_chunks`` chunks: 64 of a
     128-wide state when its (sequence, value head) pairs of equal lengths have so few summary jobs
-    that twice their CTAs fill at most one wave (the halves run side by side on SMs that would
-    idle), else 0, all of them. Packed lengths are not known when the programs are built."""
+    (at their ``summary_span``) that twice their CTAs fill at most one wave (the halves run side
+    by side on SMs that would idle), else 0, all of them. Packed lengths are not known when the
+    programs are built."""
     if spec.dim_v != 128 or spec.mode == "varlen":
         return 0
-    jobs = spec.batch * spec.value_heads * summary_jobs(-(-spec.tokens // chunk), piece_chunks)
-    return 64 if 0 < 2 * jobs <= sm_count(spec.device, spec.arch) else 0
+    walks, sms = spec.batch * spec.value_heads, sm_count(spec.device, spec.arch)
+    span = summary_span((spec.tokens,), chunk, piece_chunks, walks, sms)
+    jobs = walks * summary_jobs(-(-spec.tokens // chunk), piece_chunks, span)
+    return 64 if 0 < 2 * jobs <= sms else 0
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,
