@@ -49,7 +49,8 @@ if [ "$STEP" = ab ]; then
 fi
 if [ "$STEP" = exact ]; then
     # Cut sequences under each gate kind: the warm-ups however far they reach, the shipped mix and
-    # the exact schedule on every piece, with their errors against float64.
+    # the exact schedule on every piece (its summaries over the plan's spans, and over whole pieces
+    # where those are shorter), with their errors against float64.
     unset TILEOPS_DB
     timeout 300 python3 bench/studies/exact_pieces.py 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/exact.log"
 fi
@@ -130,7 +131,7 @@ if [ "$STEP" = test ] || [ "$STEP" = all ]; then
                       "[fused-3-" "[fused-tma-" "[fused-pieces-"; do
             run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "(equal_lengths or packed_varlen) and ($layout)" &
         done
-        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or warm_start or wide or strided or exact or reset or a_log or offsets" &
+        run_group tests/kernels/gdn/test_gdn_prefill_gpu.py -k "pieces or spans or warm_start or wide or strided or exact or reset or a_log or offsets" &
         run_group tests/kernels/gdn/test_gdn_op_gpu.py &
         run_group tests/kernels/decode/test_decode_families_gpu.py &
         timeout 400 python3 bench/studies/gdn_prefill_dev.py --only check > "$OUT/prefill-errors.log" 2>&1 &

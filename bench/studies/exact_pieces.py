@@ -37,7 +37,9 @@ def spec_of(batch, tokens, heads, value_heads, device):
 
 def launchers(spec, widths):
     """Per piece width: the shipped schedule (warm-ups within WARM_REACH chunks), warm-ups however
-    far they reach (the schedule before the exact one), and the exact schedule on every piece."""
+    far they reach (the schedule before the exact one), and the exact schedule on every piece, its
+    summaries over the spans ``plans.pieces.summary_span`` picks and, where that is shorter than a
+    piece, over whole pieces too (``exact{w}w``)."""
     import tileops.kernels.launch.chunked_programs as programs
     from tileops.kernels.launch.chunked import PrefillLauncher
 
@@ -50,6 +52,13 @@ def launchers(spec, widths):
                 out[f"{label}{w}"] = PrefillLauncher(config, spec)
             finally:
                 programs.WARM_REACH = shipped
+        exact = out[f"exact{w}"]
+        lengths = (spec.tokens,) * spec.batch
+        if exact.summary_span(lengths) < w:
+            whole = PrefillLauncher(config, spec)
+            whole.warm_start = exact.warm_start  # the exact schedule's: it walks no warm-up
+            whole.summary_span = lambda lengths, w=w: w
+            out[f"exact{w}w"] = whole
     return out
 
 

@@ -26,8 +26,8 @@ ARCH, DEVICE_NAME = "sm90", "NVIDIA H200"
 
 def prefill_jobs() -> list[tuple]:
     """(config, spec) of every launcher the prefill GPU tests make."""
-    from tests.kernels.gdn.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, WIDE_LAYOUTS, WIDE_LENGTHS,
-                                            call_spec, layout_config)
+    from tests.kernels.gdn.test_gdn_prefill_gpu import (CASES, LAYOUTS, PIECE_CASES, PIECE_LENGTHS, SPAN_CALLS, SPAN_CASES,
+                                                        WIDE_LAYOUTS, WIDE_LENGTHS, call_spec, layout_config)
     from tileops.kernels.prefill_kernel import default, fused_config
 
     specs = []
@@ -52,6 +52,13 @@ def prefill_jobs() -> list[tuple]:
             spec = call_spec(mode=mode, dtype=dtype, heads=H, value_heads=HV, dim=D, batch=batch, tokens=tokens,
                              device_name=DEVICE_NAME, **case)
             jobs.append((fused_config(D, piece_chunks=16), spec))
+    for case in SPAN_CASES:  # the spans test: equal lengths, then packed
+        case = dict(case)
+        dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))
+        for mode, lengths, _ in SPAN_CALLS:
+            spec = call_spec(mode=mode, dtype=dtype, heads=H, value_heads=HV, dim=D, batch=len(lengths),
+                             tokens=sum(lengths) if mode == "varlen" else lengths[0], device_name=DEVICE_NAME, **case)
+            jobs.append((fused_config(D, piece_chunks=32), spec))
     few = call_spec(mode="prefill", dtype=torch.bfloat16, heads=16, value_heads=32, dim=128, batch=1, tokens=32768,
                     device_name=DEVICE_NAME)  # the exact schedule under the default
     jobs.append((default(few), few))

@@ -306,6 +306,39 @@ def test_pieces_of_long_sequences_match_the_reference(case, decay):
             assert rel(o, ro) < TOL and rel(ht, rh) < TOL
 
 
+SPAN_CASES = PIECE_CASES[:2]
+SPAN_CALLS = (("prefill", (5000, 5000), True), ("varlen", PIECE_LENGTHS, False))
+
+
+@pytest.mark.parametrize("case", SPAN_CASES)
+@pytest.mark.parametrize("decay", ["weak", "zero"])
+def test_summaries_over_spans_shorter_than_a_piece_match_the_reference(case, decay):
+    """Pieces of 32 chunks summarised over spans of 16 (what the plan picks where whole pieces'
+    jobs spill over a wave): the states inside a piece go through the first piece's entry row;
+    equal lengths in three pieces with an initial state, packed lengths with one cut sequence."""
+    from tileops.kernels.launch.chunked import PrefillLauncher
+
+    case = dict(case)
+    dtype, H, HV, D = (case.pop(n) for n in ("dtype", "heads", "value_heads", "dim"))
+    config = fused_config(D, piece_chunks=32)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    flags = dict(logits=case.get("use_beta_sigmoid_in_kernel", False), gate=case.get("use_gate_in_kernel", False))
+    for mode, lengths, init in SPAN_CALLS:
+        varlen = mode == "varlen"
+        spec = call_spec(mode=mode, dtype=dtype, heads=H, value_heads=HV, dim=D, batch=len(lengths),
+                         tokens=sum(lengths) if varlen else lengths[0], **case)
+        launch = PrefillLauncher(config, spec)
+        launch.summary_span = lambda lengths: 16
+        B, T = (1, sum(lengths)) if varlen else (len(lengths), lengths[0])
+        toks, h0, a_log, dt_bias = inputs(gen, B, T, H, HV, D, dtype, n=len(lengths), init=init, **flags)
+        toks[3], a_log = gates_of(decay, toks[3], a_log, dtype)
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda") \
+            if varlen else None
+        o, ht = launch(*toks, h0, cu, None if cu is None else cu.cpu(), a_log, dt_bias)
+        ro, rh = reference(*toks, h0, a_log, dt_bias, cu, spec)
+        assert rel(o, ro) < TOL and rel(ht, rh) < TOL
+
+
 @pytest.mark.parametrize("D, decay", [(128, "weak"), (64, "weak"), (64, "real")])
 def test_the_exact_schedule_serves_few_long_sequences_by_default(D, decay):
     # B1 x T32768 at HV32 (the benchmark's few-long-sequences row): the default cuts it into

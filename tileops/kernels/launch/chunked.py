@@ -71,15 +71,18 @@ class PrefillLauncher:
                         sequences, begin, init_row)
         return begin, init_row
 
+    def summary_span(self, lengths: tuple[int, ...]) -> int:
+        """The chunks each summary job walks for sequences of ``lengths`` (``plans.pieces.summary_span``)."""
+        return summary_span(lengths, self.config.chunk_size, self.config.piece_chunks, self.spec.value_heads, self.sms)
+
     def exact_entries(self, plan, inputs, initial_state, walk_rows):
         """The initial state and the exact schedule's entry states in one tensor (``plans.entries``):
         the summaries of the pieces, then the chain of each cut sequence through them, for the
         (sequence, value head) pairs whose pieces ``walk_rows`` points at entry rows."""
         has_init = 0 if initial_state is None else 1
         heads = plan.starts.shape[1]
-        chunk, piece_chunks = self.config.chunk_size, self.config.piece_chunks
-        span = summary_span(plan.lengths, chunk, piece_chunks, heads, self.sms)
-        ep = entry_plan(plan.lengths, piece_chunks, chunk, heads, plan.start.device, span)
+        ep = entry_plan(plan.lengths, self.config.piece_chunks, self.config.chunk_size, heads, plan.start.device,
+                        self.summary_span(plan.lengths))
         state = (self.spec.dim_v, self.spec.dim_k) if self.value_first else (self.spec.dim_k, self.spec.dim_v)
         entries = torch.empty(ep.sequences + plan.count, heads, *state, dtype=torch.float32, device=plan.start.device)
         if initial_state is not None:

@@ -3,10 +3,10 @@
 A span of tokens maps the state S at its first token to Φ S + R at its end: R is its walk from
 zeros (the sequence's first span: from the initial state), Φ its transition, the walk of the
 identity with v = 0. A summary job walks one span: a whole piece, or a half or quarter of one
-where shorter jobs fill the SMs' waves better (``plans.pieces.summary_span``). Where a piece's warm-up walk would reach back more than ``WARM_REACH`` chunks
-(``programs.warm_start`` decides it on the device, per piece and value head, and then points the
-piece at its entry row instead), its state comes from three launches whose time does not depend
-on the gates:
+where shorter jobs fill the SMs' waves better (``plans.pieces.summary_span``). Where a piece's
+warm-up walk would reach back more than ``WARM_REACH`` chunks (``programs.warm_start`` decides it
+on the device, per piece and value head, and then points the piece at its entry row instead), its
+state comes from three launches whose time does not depend on the gates:
 
 1. summaries (``programs.chunk_fused`` with ``summary``): one CTA per (job, value head), all at
    once: R of every span of the pieces that have a successor, Φ of those spans but the first; a
@@ -44,9 +44,8 @@ class EntryPlan:
     summaries) and ``job_chain`` [J] (its sequence's chain). Chains, one per cut sequence, padded
     with −1 beyond its spans: ``chain_piece`` [Q, M] (the piece that starts with the r-th span, or
     where that span starts inside a piece the sequence's first, whose entry row no walk reads;
-    after the last span, the last piece),
-    ``state_slot`` [Q, M] (the summary row of R of its r-th span) and ``transition_slot`` [Q, M]
-    (of Φ, −1 for r = 0).
+    after the last span, the last piece), ``state_slot`` [Q, M] (the summary row of R of its r-th
+    span) and ``transition_slot`` [Q, M] (of Φ, −1 for r = 0).
     ``sequences``: N, the initial state's rows ahead of the entries."""
 
     begin: torch.Tensor
