@@ -128,8 +128,9 @@ def piece_width(walks: int, chunks: int, sms: int, exact: bool = False) -> int:
     """The piece width (in chunks; 0 for whole sequences) that a model of the fused kernel's time
     likes best: the waves of CTAs over ``sms`` SMs times the chunks each walks, a piece's warm-up
     of WARM_CHUNKS chunks included once sequences are cut, or with ``exact`` (no gate: every later
-    piece takes its exact entry) the summaries before the walk (``summary_time`` at their best
-    span). Ties go to the wider pieces (fewer warm-ups or summaries)."""
+    piece takes its exact entry) the summaries of whole pieces before the walk (``summary_time``;
+    the widths this model picks were timed so, and the plan's shorter spans only speed up the
+    summaries of the width picked). Ties go to the wider pieces (fewer warm-ups or summaries)."""
     best, best_cost = 0, -(-walks // sms) * chunks
     for width in sorted(PIECE_WIDTHS, reverse=True):
         if width >= chunks:
@@ -137,7 +138,7 @@ def piece_width(walks: int, chunks: int, sms: int, exact: bool = False) -> int:
         pieces = -(-chunks // width)
         cost = -(-walks * pieces // sms) * (width + (0 if exact else WARM_CHUNKS))
         if exact:
-            cost += summary_time((chunks,), width, walks, sms, summary_span((chunks,), 1, width, walks, sms))
+            cost += summary_time((chunks,), width, walks, sms, width)
         if cost < best_cost:
             best, best_cost = width, cost
     return best
