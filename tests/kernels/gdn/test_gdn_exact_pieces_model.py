@@ -282,15 +282,15 @@ def test_spans_tile_the_pieces_and_enter_each_at_its_start():
         bounds = [(int(ep.begin[j, 0]), int(ep.end[j])) for j in steps]
         assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))  # contiguous, in order
         first = int(ep.chain_piece[c, 0])
+        starts = {int(plan.start[p]) for p in range(plan.count) if plan.seq[p] == plan.seq[first]}
         entered = []
-        for r, p in enumerate(ep.chain_piece[c].tolist()[:len(bounds) + 1]):
-            at = bounds[r][0] if r < len(bounds) else bounds[-1][1]
-            if p != first:  # the piece entered with S_r starts where span r does (or the spans end)
+        for r, p in enumerate(ep.chain_piece[c].tolist()[1:len(bounds) + 1], start=1):
+            at = bounds[r][0] if r < len(bounds) else bounds[-1][1]  # where S_r stands
+            assert (p != first) == (at in starts)  # a piece's start, or inside a piece: the first's row
+            if p != first:
                 assert int(plan.start[p]) == at
                 entered.append(p)
-            else:  # a state inside a piece: the first piece's row, which its walk never reads
-                assert r == 0 or int(plan.start[p]) != at
-        assert len(entered) == int((plan.seq == plan.seq[first]).sum()) - 1
+        assert len(entered) == len(starts) - 1
 
 
 def test_a_summary_span_is_shortened_only_where_it_fills_the_last_wave():
