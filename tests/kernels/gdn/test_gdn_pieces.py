@@ -107,6 +107,7 @@ def test_explain_says_how_few_long_sequences_run_whatever_the_gates():
     assert "plan:   one fused kernel over pieces of at most 128 chunks" in text
     assert "32 (sequence, value head) walks for 132 SMs" in text
     assert "from its exact entry state" in text and "bounded whatever the gates" in text
+    assert "each summary over 64 of a piece's chunks: 352 such jobs" in text  # 160 whole ones spill a wave
 
 
 def test_host_plans_keep_their_lengths_for_the_exact_schedule():
