@@ -18,7 +18,7 @@
 #   python bench/tools/compile_gpu_tests.py                              # the GPU tests' prefill builds
 #   python bench/tools/compile_gpu_tests.py --channel-prefill            # KDA's and GLA's (OP=kda|gla)
 #   python bench/studies/gdn_prefill_dev.py --compile                      # the ab step's builds
-#   python bench/studies/exact_pieces.py --compile                         # the exact step's builds
+#   python bench/studies/exact_pieces.py --compile; python bench/studies/entries_chain.py --compile  # the exact step's
 #   python bench/studies/deltanet_pieces.py --compile; ... --tiles 0 64 --compile  # the pieces step's
 #   tar cJf .tlcache.tar.xz .tlcache
 set -uo pipefail
@@ -53,6 +53,8 @@ if [ "$STEP" = exact ]; then
     # where those are shorter), with their errors against float64.
     unset TILEOPS_DB
     timeout 300 python3 bench/studies/exact_pieces.py 2>&1 | grep -v -E "INFO|WARNING" | tee "$OUT/exact.log"
+    # The entries chain alone: the shipped program against its fill of Φ along rows.
+    timeout 120 python3 bench/studies/entries_chain.py 2>&1 | grep -v -E "INFO|WARNING" | tee -a "$OUT/exact.log"
 fi
 if [ "$STEP" = pieces ]; then
     # DeltaNet's few long sequences: 64-chunk pieces as the 2026-12-02 study timed them (with
