@@ -299,6 +299,7 @@ def test_a_summary_span_is_shortened_only_where_it_fills_the_last_wave():
     # 352 jobs in three waves of 64 and three more chain steps.
     assert summary_jobs(512, 128) == 5 and summary_jobs(512, 128, 64) == 11
     assert summary_span((32768,), C, 128, 32, sms) == 64
+    assert summary_span((32768,) + (100,) * 50, C, 128, 32, sms) == 64  # packed: short ones need no summary
     assert summary_time((512,), 128, 32, sms, 64) < summary_time((512,), 128, 32, sms, 128)
     # Where whole pieces' jobs fill their waves, they stay whole.
     assert summary_span((32768,) * 2, C, 128, 32, sms) == 128  # 320 jobs: three waves either way
