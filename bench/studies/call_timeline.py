@@ -2,6 +2,7 @@
 
     python bench/studies/call_timeline.py [--op deltanet] [--rows prefill] [--gates benchmark mamba]
         [--config '{"num_stages": 1}' ...] [--dim 64] [--shapes B1xT8192xH16xHV32 ...] [--brief] [--gate16]
+        [--cut-walks 1.45]
     python bench/studies/call_timeline.py --op gdn --dim 64 --config ... --compile  # builds only, no GPU
     ncu -k regex:NAME --launch-skip 1 --launch-count 1 ... python bench/studies/call_timeline.py --op kda --profile
 
@@ -124,7 +125,12 @@ def main() -> None:
                                                               "specification has it) instead of fp32.")
     parser.add_argument("--profile", action="store_true", help="Only call the first row twice (compile, then the "
                                                                 "call a profiler skips to), and stop.")
+    parser.add_argument("--cut-walks", type=float, help="KDA's and GLA's cut model: the walks a cut piece costs "
+                                                        "(plans.channel_pieces.WALKS of the op's rule) for this run.")
     args = parser.parse_args()
+    if args.cut_walks:
+        from tileops.kernels.plans import channel_pieces
+        channel_pieces.WALKS[args.op == "kda"] = args.cut_walks
     if args.shapes:
         rows = [explicit_case(args.op, shape, 128, "bfloat16").on("cuda") for shape in args.shapes]
     else:
