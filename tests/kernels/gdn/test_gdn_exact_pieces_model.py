@@ -304,6 +304,7 @@ def test_a_summary_span_is_shortened_only_where_it_fills_the_last_wave():
     # Where whole pieces' jobs fill their waves, they stay whole.
     assert summary_span((32768,) * 2, C, 128, 32, sms) == 128  # 320 jobs: three waves either way
     assert summary_span((8192,) * 4, C, 64, 16, sms) == 64  # 64 jobs: one wave
+    assert summary_span((8192,), C, 64, 16, sms) == 64  # 16 jobs: one wave, split on value rows instead
     assert summary_span((1100,), C, 4, 2, sms) == 4  # no span below MIN_SPAN
 
 

@@ -167,11 +167,14 @@ def summary_time(chunks: tuple[int, ...], piece_chunks: int, value_heads: int, s
 @functools.lru_cache(maxsize=256)
 def summary_span(lengths: tuple[int, ...], chunk: int, piece_chunks: int, value_heads: int, sms: int) -> int:
     """The chunks each summary job walks for sequences of ``lengths`` tokens cut every
-    ``piece_chunks`` chunks of ``chunk``: a piece, or a half or quarter of one (at least
-    MIN_SPAN), whichever ``summary_time`` likes best (ties to the longer). Shorter spans mean more
+    ``piece_chunks`` chunks of ``chunk``: a piece where their jobs fit one wave, else a piece or a
+    half or quarter of one (at least MIN_SPAN), whichever ``summary_time`` likes best (ties to the
+    longer). Shorter spans mean more
     jobs and a longer entry chain, but a shorter last wave of jobs: B1×T32768 at HV32 has 160
     jobs of 128 chunks for 132 SMs, two waves of 128 chunks; of 64, 352 jobs in three of 64."""
     chunks = tuple(-(-length // chunk) for length in lengths)
+    if value_heads * sum(summary_jobs(c, piece_chunks) for c in chunks) <= sms:
+        return piece_chunks  # one wave already (``summary_tile`` splits it on value rows where it fits twice)
     spans = [piece_chunks >> i for i in range(3) if piece_chunks >> i >= MIN_SPAN] or [piece_chunks]
     return min(spans, key=lambda span: summary_time(chunks, piece_chunks, value_heads, sms, span))
 
@@ -179,15 +182,13 @@ def summary_span(lengths: tuple[int, ...], chunk: int, piece_chunks: int, value_
 def summary_tile(spec: CallSpec, piece_chunks: int, chunk: int) -> int:
     """The value rows a summary CTA walks for ``spec`` cut every ``piece_chunks`` chunks: 64 of a
     128-wide state when its (sequence, value head) pairs of equal lengths have so few summary jobs
-    (at their ``summary_span``) that twice their CTAs fill at most one wave (the halves run side
-    by side on SMs that would idle), else 0, all of them. Packed lengths are not known when the
-    programs are built."""
+    that twice their CTAs fill at most one wave (the halves run side by side on SMs that would
+    idle; such jobs walk whole pieces, ``summary_span``), else 0, all of them. Packed lengths are
+    not known when the programs are built."""
     if spec.dim_v != 128 or spec.mode == "varlen":
         return 0
-    walks, sms = spec.batch * spec.value_heads, sm_count(spec.device, spec.arch)
-    span = summary_span((spec.tokens,), chunk, piece_chunks, walks, sms)
-    jobs = walks * summary_jobs(-(-spec.tokens // chunk), piece_chunks, span)
-    return 64 if 0 < 2 * jobs <= sms else 0
+    jobs = spec.batch * spec.value_heads * summary_jobs(-(-spec.tokens // chunk), piece_chunks)
+    return 64 if 0 < 2 * jobs <= sm_count(spec.device, spec.arch) else 0
 
 
 def plan_for(piece_chunks: int, chunk: int, value_heads: int, batch: int, seq_len: int,
