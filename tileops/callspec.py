@@ -12,8 +12,9 @@ import torch
 # of the decode program, which it slows 1.8-1.9x (its read doubles the bytes) without changing the
 # best config (the same winner and order of configs at B1, B64 and B256): one tuned row serves
 # calls with and without a state. A per-channel gate in fp32 rather than the input dtype
-# (``gate_dtype``) is read by the first pass alone, which has no tuned knob.
-UNTUNED_FLAGS = frozenset({"scale", "has_initial_state", "gate_dtype"})
+# (``gate_dtype``) is read by the first pass alone, which has no tuned knob; beta in 16 bits rather
+# than fp32 (``beta_dtype``) is a variant of the decode program only (the prefill widens it first).
+UNTUNED_FLAGS = frozenset({"scale", "has_initial_state", "gate_dtype", "beta_dtype"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class CallSpec:
         """The dtype a per-channel gate (KDA's, GLA's) comes in: the input dtype unless the
         ``gate_dtype`` flag says otherwise (fp32)."""
         return getattr(torch, str(self.flag("gate_dtype", self.dtype_name)))
+
+    @property
+    def beta_dtype(self) -> torch.dtype:
+        """The dtype beta comes in: fp32 unless the ``beta_dtype`` flag says otherwise (the input dtype)."""
+        return getattr(torch, str(self.flag("beta_dtype", "float32")))
 
     @property
     def tuned_flags(self) -> tuple[tuple[str, object], ...]:

@@ -3,8 +3,11 @@ TileLang's disk cache instead of compiling it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from tileops.callspec import CallSpec, make_flags
 from tileops.db.schemas import WinnerRecord
 from tileops.dispatch.compile_cache import built
 from tileops.device import current_arch
@@ -43,6 +46,14 @@ def checked_case(record: WinnerRecord) -> Case:
     return case
 
 
+def beta_forms(spec: CallSpec) -> tuple[CallSpec, ...]:
+    """A delta-rule decode call with beta in fp32 and in the input dtype: the step reads beta as it
+    comes, so each is a program (the tuned config serves both); any other call as it is."""
+    if spec.mode not in ("decode", "step") or spec.op == "gla" or spec.dtype == torch.float32:
+        return (spec,)
+    return spec, replace(spec, flags=make_flags(**dict(spec.flags, beta_dtype=spec.dtype_name)))
+
+
 def compile_winner(record: WinnerRecord) -> None:
     """Build a winner's kernel for the call it was tuned on (any length: lengths are run-time).
 
@@ -58,16 +69,17 @@ def compile_winner(record: WinnerRecord) -> None:
     case = checked_case(record)
     # KDA's and GLA's gate in fp32 and in the input dtype: a program each, since their prefill's first
     # pass and their decode step read g as it comes (the tuned config serves both), so that neither
-    # caller's first call compiles.
+    # caller's first call compiles; a decode step's beta likewise (``beta_forms``).
     gate_forms = (False, True) if case.op in GATE16_OPS else (False,)
     if record.arch != current_arch():
         for gate16 in gate_forms:
-            spec = spec_for_arch(case, record.arch, record.device_name, gate16)
-            kernel.build(kernel.validate_config(record.config, spec), spec)
+            for spec in beta_forms(spec_for_arch(case, record.arch, record.device_name, gate16)):
+                kernel.build(kernel.validate_config(record.config, spec), spec)
         return
     case = case.on("cuda" if record.arch.startswith("sm") else "cpu")
     for gate16 in gate_forms:
         spec, _ = make_op(case).describe(*make_inputs(case, seed=0, gate16=gate16))
-        built(kernel, kernel.validate_config(record.config, spec), spec)
+        for form in beta_forms(spec):
+            built(kernel, kernel.validate_config(record.config, form), form)
     if spec.device.type == "cuda":
         torch.cuda.synchronize()

@@ -144,9 +144,10 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
     assert "RuntimeError: nvcc exploded" in result.output
 
 
-def test_warm_builds_kdas_and_glas_winners_for_a_gate_in_either_dtype(monkeypatch):
+def test_warm_builds_winners_for_a_gate_and_a_decode_beta_in_either_dtype(monkeypatch):
     """A KDA or GLA winner is built for its gate in fp32 and in the input dtype (the prefill's first
-    pass and the decode step read each as it comes, so each is a program), any other family's once."""
+    pass and the decode step read each as it comes, so each is a program), a delta-rule decode
+    winner (GDN's, KDA's) for its beta in fp32 and in the input dtype, any other once."""
     import tileops.tuner.warm as warm
     from tileops.dispatch.snapshot import shipped_winners
 
@@ -157,13 +158,18 @@ def test_warm_builds_kdas_and_glas_winners_for_a_gate_in_either_dtype(monkeypatc
             return config
 
         def build(self, config, spec):
-            built.append((spec.op, spec.flag("gate_dtype")))
+            built.append((spec.op, spec.mode, spec.flag("gate_dtype"), spec.flag("beta_dtype")))
 
     monkeypatch.setattr(warm, "get_kernel", lambda name: Recorder())
-    rows = {row.op: row for row in shipped_winners("sm90")}
-    for op in ("kda", "gla", "gdn"):
-        warm.compile_winner(rows[op])
-    assert built == [("kda", "float32"), ("kda", None), ("gla", "float32"), ("gla", None), ("gdn", None)]
+    rows = {(row.op, row.kernel): row for row in shipped_winners("sm90")}
+    for key in (("deltanet", "tl.deltanet_prefill"), ("kda", "tl.kda_decode"), ("gla", "tl.gla_decode"),
+                ("gdn", "tl.gdn_decode")):
+        warm.compile_winner(rows[key])
+    assert built == [("deltanet", "prefill", None, None),
+                     ("kda", "decode", "float32", None), ("kda", "decode", "float32", "float16"),
+                     ("kda", "decode", None, None), ("kda", "decode", None, "float16"),
+                     ("gla", "decode", "float32", None), ("gla", "decode", None, None),
+                     ("gdn", "decode", None, None), ("gdn", "decode", None, "bfloat16")]
 
 
 def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_url, tiny_kernel, monkeypatch):

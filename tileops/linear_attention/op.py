@@ -109,6 +109,12 @@ def gate_dtype(g: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
     return None if g.dtype == dtype else str(g.dtype).removeprefix("torch.")
 
 
+def beta_dtype(beta: torch.Tensor) -> Optional[str]:
+    """The ``beta_dtype`` flag: beta's dtype where it is not fp32 (a 16-bit beta in a 16-bit call),
+    else None; the decode step reads beta as it comes."""
+    return None if beta.dtype == torch.float32 else str(beta.dtype).removeprefix("torch.")
+
+
 def call_spec(op: str, entry: str, mode: str, like: torch.Tensor, *, batch: int, tokens: int,
               heads: int, value_heads: int, dim_k: int, dim_v: int, **flags: object) -> CallSpec:
     """A CallSpec for a call whose tensors look like ``like`` (dtype and device)."""

@@ -183,9 +183,10 @@ def test_each_ops_arguments_reach_the_step_in_place(entry, mode, rule, args, exp
 
 
 def _decode_calls():
-    """(op, its call's tensors): a per-channel gate in either dtype, a state in 16 bits (beta in
-    fp32: its dtype is not in the spec, and a call with another compiles its own program)."""
-    from tileops.linear_attention import DeltaNetRecurrentFwdOp, GLAFwdOp, GLARecurrentFwdOp, KDAFwdOp
+    """(op, its call's tensors): a per-channel gate in either dtype, beta in either dtype, a state
+    in 16 bits."""
+    from tileops.linear_attention import (DeltaNetFwdOp, DeltaNetRecurrentFwdOp, GDNFwdOp, GLAFwdOp,
+                                          GLARecurrentFwdOp, KDAFwdOp)
 
     torch.manual_seed(0)
     bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
@@ -209,6 +210,13 @@ def _decode_calls():
                                                       torch.randn(3, 2, 64, 64, dtype=fp16))),
         "deltanet-step-fp16-state": (DeltaNetRecurrentFwdOp(), (*tokens(fp16, bthd=False), torch.rand(3, 2),
                                                                 torch.randn(3, 2, 64, 64, dtype=fp16))),
+        "gdn-bf16-beta": (GDNFwdOp(), (*tokens(bf16), -torch.rand(3, 1, 2), beta.to(bf16))),
+        "gdn-fp32-beta-initial-state": (GDNFwdOp(), (*tokens(bf16), -torch.rand(3, 1, 2), beta,
+                                                     torch.randn(3, 2, 64, 64))),
+        "kda-bf16-gate-bf16-beta": (KDAFwdOp(), (*tokens(bf16), gate(bf16), beta.to(bf16))),
+        "deltanet-fp16-beta": (DeltaNetFwdOp(), (*tokens(fp16), beta.to(fp16))),
+        "deltanet-step-bf16-beta": (DeltaNetRecurrentFwdOp(), (*tokens(bf16, bthd=False), torch.rand(3, 2).to(bf16),
+                                                               torch.randn(3, 2, 64, 64))),
     }
 
 
