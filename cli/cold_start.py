@@ -74,10 +74,12 @@ def measure_cold_start(cases: list) -> Iterator[tuple[str, str, dict]]:
 
 def _warm_in_fresh_process(record, env: dict) -> None:
     """Store the record and run `tileops-db warm` against that database and cache (its winners only:
-    the shipped snapshot's would take minutes to compile and are not what the call runs)."""
+    the shipped snapshot's and the presets' would take minutes to compile and are not what the call
+    runs)."""
     from tileops.db.store import TuningStore
 
     with TuningStore(env["TILEOPS_DB"]) as store:
         store.put_winner(record)
-    subprocess.run([sys.executable, "-m", "tileops.cli.db", "warm", "--db", env["TILEOPS_DB"], "--no-shipped"],
+    subprocess.run([sys.executable, "-m", "tileops.cli.db", "warm", "--db", env["TILEOPS_DB"], "--no-shipped",
+                    "--no-presets"],
                    env=env, check=True, capture_output=True, timeout=900)

@@ -278,6 +278,8 @@ def warm(db: Db = None,
                   "machine with nvcc), to fill a compile cache that travels to the GPU machine.")] = None,
          shipped: Annotated[bool, typer.Option(
              help="Also the shipped snapshot's winners for the keys the database lacks.")] = True,
+         presets: Annotated[bool, typer.Option(
+             help="Also the GPU presets' calls that no winner serves, on their kernels' defaults.")] = True,
          prune: Annotated[bool, typer.Option(
              help="First remove the compiled programs kept for other versions of the kernels or "
                   "TileLang (they are never loaded by this one).")] = False,
@@ -287,17 +289,18 @@ def warm(db: Db = None,
                          "a CPU core; 1 compiles in this process).")] = None,
          ) -> None:
     """Compile this device's winners (the database's, then the shipped snapshot's for the keys the
-    database lacks) ahead of time, so the first op call does not wait."""
-    from tileops.device import current_arch
+    database lacks) and the presets' calls that none serves (their defaults) ahead of time, so the
+    first op call does not wait."""
+    from tileops.device import current_arch, current_device_name
     from tileops.kernels.launch.compiled import prune_other_versions
 
     if prune:
         out.print(f"removed the kept programs of {prune_other_versions()} other versions")
 
     try:
-        from tileops.tuner.warm import compile_winner
+        from tileops.tuner.warm import compile_winner, preset_defaults
     except ImportError as error:
-        fail(f"cannot warm: tileops.tuner.warm.compile_winner is not available ({describe(error)})")
+        fail(f"cannot warm: tileops.tuner.warm is not available ({describe(error)})")
     from tileops.dispatch.snapshot import shipped_winners
 
     arch = arch or current_arch()
@@ -313,20 +316,26 @@ def warm(db: Db = None,
     rows += [row for row in shipped_winners(arch)
              if shipped and record_key(row) not in own_keys and op in (None, row.op)]
     usable = [row for row, problem in check_all(rows) if problem is None]
-    if not usable:
+    here = current_device_name() if arch == current_arch() else f"an {arch} device"
+    defaults = preset_defaults(arch, here, op, usable) if presets else []
+    if not usable and not defaults:
         out.print(f"no usable winners for {arch} ({len(rows)} rows in all, database and shipped snapshot)")
         return
+    unusable = len(rows) - len(usable)
+    usable += defaults
+    what = f"{len(usable) - len(defaults)} {arch} winners" + (
+        f" and {len(defaults)} preset calls' defaults" if defaults else "")
     jobs = min(jobs or os.cpu_count() or 1, len(usable))
     with Progress(*Progress.get_default_columns(), TimeElapsedColumn(), console=out) as progress:
-        task = progress.add_task(f"compiling {len(usable)} {arch} winners"
-                                 + (f", {jobs} at once" if jobs > 1 else ""), total=len(usable))
+        task = progress.add_task(f"compiling {what}" + (f", {jobs} at once" if jobs > 1 else ""), total=len(usable))
         failures = []
         for row, reason in compiled_rows(compile_winner, usable, jobs):
             progress.advance(task)
             if reason is not None:
                 failures.append((row, reason))
-    out.print(f"compiled {len(usable) - len(failures)} of {len(usable)} winners for {arch}"
-              + (f" ({len(rows) - len(usable)} unusable rows skipped)" if len(rows) > len(usable) else ""))
+    out.print(f"compiled {len(usable) - len(failures)} of {len(usable)} winners"
+              + (f" and preset defaults ({len(defaults)})" if defaults else "") + f" for {arch}"
+              + (f" ({unusable} unusable rows skipped)" if unusable else ""))
     if failures:
         out.print(f"{len(failures)} failed:")
         for row, reason in failures:  # one line each, whole: an error is read, not tabulated

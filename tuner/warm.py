@@ -3,12 +3,14 @@ TileLang's disk cache instead of compiling it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
+from typing import Iterable, Optional
 
 import torch
 
 from tileops.callspec import CallSpec, make_flags
-from tileops.db.schemas import WinnerRecord
+from tileops.db.key import TuningKey
+from tileops.db.schemas import WinnerRecord, record_key
 from tileops.dispatch.compile_cache import built
 from tileops.device import current_arch
 from tileops.kernels.registry import get_kernel
@@ -83,3 +85,31 @@ def compile_winner(record: WinnerRecord) -> None:
             built(kernel, kernel.validate_config(record.config, form), form)
     if spec.device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def unplaced(key: TuningKey) -> TuningKey:
+    """A key without its device name: what a winner of any card of the architecture covers."""
+    return replace(key, device_name="")
+
+
+def preset_defaults(arch: str, device_name: str, op: Optional[str], winners: Iterable[WinnerRecord]) -> list[WinnerRecord]:
+    """The calls of the op's GPU preset (every family's where ``op`` is None) whose keys no winner
+    covers, each as a record of its kernel's default config for that call (chosen for the call's
+    own lengths) and marked ``time_ms`` 1: warmed like the winners, so that the first call of a
+    preset workload compiles nothing though nothing was tuned for its key. None on a CPU."""
+    from tileops.tuner.plan import plan
+    from tileops.tuner.presets import GPU_PRESET, cases_for
+
+    if not arch.startswith("sm"):
+        return []
+    covered = {unplaced(record_key(row)) for row in winners}
+    records = []
+    for family in [op] if op else list(GPU_PRESET):
+        for case in cases_for(family, arch, [], None, None):
+            for call, task, _ in plan(case.on("cuda"), arch, device_name):
+                if task is None or unplaced(task.key) in covered:
+                    continue
+                covered.add(unplaced(task.key))
+                records.append(WinnerRecord(**asdict(task.key), config=task.kernel.default(task.spec).model_dump(),
+                                            time_ms=1.0, source_hash=task.kernel.source_hash, call=call.to_json()))
+    return records

@@ -117,12 +117,13 @@ def test_prune_deletes_only_what_dispatch_cannot_use(sqlite_url, tiny_kernel):
         assert [r.bucket_tokens for r in store.winners()] == [12]
 
 
-def warm_with(monkeypatch, compile_winner, *args: str):
+def warm_with(monkeypatch, compile_winner, *args: str, preset_defaults=lambda arch, device, op, winners: []):
     """``tileops-db warm --jobs 1 ARGS`` in-process, with ``compile_winner`` standing in for the
-    compiler."""
+    compiler (and ``preset_defaults`` for the presets' defaults: none unless given)."""
     from tileops.cli.db import app
 
-    monkeypatch.setitem(sys.modules, "tileops.tuner.warm", types.SimpleNamespace(compile_winner=compile_winner))
+    monkeypatch.setitem(sys.modules, "tileops.tuner.warm",
+                        types.SimpleNamespace(compile_winner=compile_winner, preset_defaults=preset_defaults))
     return CliRunner().invoke(app, ["warm", "--jobs", "1", *args], env={"COLUMNS": "250"})
 
 
@@ -170,6 +171,39 @@ def test_warm_builds_winners_for_a_gate_and_a_decode_beta_in_either_dtype(monkey
                      ("kda", "decode", None, None), ("kda", "decode", None, "float16"),
                      ("gla", "decode", "float32", None), ("gla", "decode", None, None),
                      ("gdn", "decode", None, None), ("gdn", "decode", None, "bfloat16")]
+
+
+def test_warm_builds_the_presets_calls_that_no_winner_serves_on_their_defaults():
+    """GLA's preset on sm90: its decode key has shipped winners, its prefill and training calls none;
+    those get their kernel's default for the call's own lengths (a cut call's differs)."""
+    from tileops.dispatch.snapshot import shipped_winners
+    from tileops.kernels.registry import get_kernel
+    from tileops.tuner.warm import preset_defaults
+
+    shipped = [row for row in shipped_winners("sm90") if row.op == "gla"]
+    records = preset_defaults("sm90", "NVIDIA H200", "gla", shipped)
+    assert [(r.kernel, r.bucket_tokens) for r in records] == [
+        ("tl.gla_prefill", 13), ("tl.gla_prefill", 15), ("tl.gla_chunk_fwd", 12), ("tl.gla_chunk_bwd", 12)]
+    assert [r.config["num_stages"] for r in records[:2]] == [2, 1]  # B1×T32768 is cut: one stage
+    assert all(r.source_hash == get_kernel(r.kernel).source_hash and r.call for r in records)
+    uncovered = preset_defaults("sm90", "NVIDIA H200", "gla", [])
+    assert [r.kernel for r in uncovered] == ["tl.gla_prefill", "tl.gla_prefill", "tl.gla_decode", "tl.gla_chunk_fwd",
+                                             "tl.gla_chunk_bwd"]
+    assert preset_defaults("cpu", "cpu", "gla", []) == []
+
+
+def test_warm_compiles_the_presets_defaults_after_the_winners(sqlite_url, tiny_kernel, monkeypatch):
+    compiled = []
+    fill(sqlite_url, make_winner(arch="cpu", source_hash=tiny_kernel.source_hash))
+    default = make_winner(arch="cpu", bucket_tokens=9, source_hash=tiny_kernel.source_hash)
+    result = warm_with(monkeypatch, lambda record: compiled.append(record.bucket_tokens), "--db", sqlite_url,
+                       preset_defaults=lambda arch, device, op, winners: [default] if len(winners) == 1 else [])
+    assert result.exit_code == 0, result.output
+    assert compiled == [12, 9]
+    assert "compiled 2 of 2 winners and preset defaults (1) for cpu" in result.output
+    skipped = warm_with(monkeypatch, lambda record: compiled.append(record.bucket_tokens), "--db", sqlite_url,
+                        "--no-presets", preset_defaults=lambda *a: [default])
+    assert skipped.exit_code == 0 and compiled == [12, 9, 12]
 
 
 def test_warm_also_compiles_shipped_winners_for_keys_the_database_lacks(sqlite_url, tiny_kernel, monkeypatch):
@@ -229,7 +263,8 @@ def test_warm_in_several_processes_reports_each_rows_failure(sqlite_url, tiny_ke
     # The real compiler in two fresh processes: rows without a recorded call fail there, each
     # reported on its own line, and the command fails.
     fill(sqlite_url, *(make_winner(bucket_tokens=b, source_hash=tiny_kernel.source_hash) for b in (3, 12)))
-    result = run_cli("warm", "--db", sqlite_url, "--arch", "sm90", "--jobs", "2", with_tiny_kernel=True, timeout=300)
+    result = run_cli("warm", "--db", sqlite_url, "--arch", "sm90", "--jobs", "2", "--no-presets", with_tiny_kernel=True,
+                     timeout=300)
     assert result.returncode == 1, result.stderr
     assert "2 at once" in result.stdout and "compiled 0 of 2 winners for sm90" in result.stdout
     assert result.stdout.count(f"ValueError: winner {TINY_KERNEL_NAME} has no recorded call to compile for") == 2
@@ -244,7 +279,7 @@ def test_warm_compiles_the_shipped_sm90_winners_on_a_machine_without_a_gpu(tmp_p
         pytest.skip("no sm90 snapshot ships")
     # Every shipped row's programs from an empty cache: 57 rows took over 15 minutes on a slow
     # 2-core machine, two at a time.
-    result = run_cli("warm", "--db", str(tmp_path / "empty.db"), "--arch", "sm90", timeout=2700)
+    result = run_cli("warm", "--db", str(tmp_path / "empty.db"), "--arch", "sm90", "--no-presets", timeout=2700)
     assert result.returncode == 0, result.stderr
     assert f"compiled {len(shipped)} of {len(shipped)} winners for sm90" in result.stdout
 
