@@ -12,8 +12,9 @@ import torch
 # of the decode program, which it slows 1.8-1.9x (its read doubles the bytes) without changing the
 # best config (the same winner and order of configs at B1, B64 and B256): one tuned row serves
 # calls with and without a state. A per-channel gate in fp32 rather than the input dtype
-# (``gate_dtype``) is read by the first pass alone, which has no tuned knob; beta in 16 bits rather
-# than fp32 (``beta_dtype``) is a variant of the decode program only (the prefill widens it first).
+# (``gate_dtype``) is read by the first pass alone, which has no tuned knob; a gate per head in
+# either dtype and beta in 16 bits rather than fp32 (``beta_dtype``) are variants of the decode
+# program only (the prefill widens them first).
 UNTUNED_FLAGS = frozenset({"scale", "has_initial_state", "gate_dtype", "beta_dtype"})
 
 
@@ -57,8 +58,8 @@ class CallSpec:
 
     @property
     def gate_dtype(self) -> torch.dtype:
-        """The dtype a per-channel gate (KDA's, GLA's) comes in: the input dtype unless the
-        ``gate_dtype`` flag says otherwise (fp32)."""
+        """The dtype a gate (KDA's and GLA's per channel, GDN's per head) comes in: the input dtype
+        unless the ``gate_dtype`` flag says otherwise (fp32)."""
         return getattr(torch, str(self.flag("gate_dtype", self.dtype_name)))
 
     @property

@@ -48,12 +48,18 @@ def checked_case(record: WinnerRecord) -> Case:
     return case
 
 
-def beta_forms(spec: CallSpec) -> tuple[CallSpec, ...]:
-    """A delta-rule decode call with beta in fp32 and in the input dtype: the step reads beta as it
-    comes, so each is a program (the tuned config serves both); any other call as it is."""
-    if spec.mode not in ("decode", "step") or spec.op == "gla" or spec.dtype == torch.float32:
+def decode_forms(spec: CallSpec) -> tuple[CallSpec, ...]:
+    """A decode call with beta (the delta rule's) and GDN's gate per head each in fp32 and in the
+    input dtype: the step reads both as they come, so each form is a program (the tuned config
+    serves all); any other call as it is. KDA's and GLA's gate forms come from ``make_inputs``."""
+    if spec.mode not in ("decode", "step") or spec.dtype == torch.float32:
         return (spec,)
-    return spec, replace(spec, flags=make_flags(**dict(spec.flags, beta_dtype=spec.dtype_name)))
+    forms = [spec]
+    if spec.op != "gla":
+        forms += [replace(s, flags=make_flags(**dict(s.flags, beta_dtype=spec.dtype_name))) for s in forms]
+    if spec.op == "gdn":
+        forms += [replace(s, flags=make_flags(**dict(s.flags, gate_dtype=None))) for s in forms]
+    return tuple(forms)
 
 
 def compile_winner(record: WinnerRecord) -> None:
@@ -71,17 +77,17 @@ def compile_winner(record: WinnerRecord) -> None:
     case = checked_case(record)
     # KDA's and GLA's gate in fp32 and in the input dtype: a program each, since their prefill's first
     # pass and their decode step read g as it comes (the tuned config serves both), so that neither
-    # caller's first call compiles; a decode step's beta likewise (``beta_forms``).
+    # caller's first call compiles; a decode step's beta and GDN's gate likewise (``decode_forms``).
     gate_forms = (False, True) if case.op in GATE16_OPS else (False,)
     if record.arch != current_arch():
         for gate16 in gate_forms:
-            for spec in beta_forms(spec_for_arch(case, record.arch, record.device_name, gate16)):
+            for spec in decode_forms(spec_for_arch(case, record.arch, record.device_name, gate16)):
                 kernel.build(kernel.validate_config(record.config, spec), spec)
         return
     case = case.on("cuda" if record.arch.startswith("sm") else "cpu")
     for gate16 in gate_forms:
         spec, _ = make_op(case).describe(*make_inputs(case, seed=0, gate16=gate16))
-        for form in beta_forms(spec):
+        for form in decode_forms(spec):
             built(kernel, kernel.validate_config(record.config, form), form)
     if spec.device.type == "cuda":
         torch.cuda.synchronize()

@@ -148,7 +148,8 @@ def test_warm_compiles_this_devices_usable_winners_and_reports_failures(sqlite_u
 def test_warm_builds_winners_for_a_gate_and_a_decode_beta_in_either_dtype(monkeypatch):
     """A KDA or GLA winner is built for its gate in fp32 and in the input dtype (the prefill's first
     pass and the decode step read each as it comes, so each is a program), a delta-rule decode
-    winner (GDN's, KDA's) for its beta in fp32 and in the input dtype, any other once."""
+    winner (GDN's, KDA's) for its beta in fp32 and in the input dtype, GDN's also for its gate per
+    head in either, any other once."""
     import tileops.tuner.warm as warm
     from tileops.dispatch.snapshot import shipped_winners
 
@@ -170,6 +171,7 @@ def test_warm_builds_winners_for_a_gate_and_a_decode_beta_in_either_dtype(monkey
                      ("kda", "decode", "float32", None), ("kda", "decode", "float32", "float16"),
                      ("kda", "decode", None, None), ("kda", "decode", None, "float16"),
                      ("gla", "decode", "float32", None), ("gla", "decode", None, None),
+                     ("gdn", "decode", "float32", None), ("gdn", "decode", "float32", "bfloat16"),
                      ("gdn", "decode", None, None), ("gdn", "decode", None, "bfloat16")]
 
 

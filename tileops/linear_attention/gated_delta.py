@@ -71,7 +71,7 @@ class _GatedDeltaOp(Op):
             use_beta_sigmoid_in_kernel=self.use_beta_sigmoid_in_kernel, allow_neg_eigval=self.allow_neg_eigval,
             state_v_first=self.state_v_first, use_gate_in_kernel=self.use_gate_in_kernel,
             has_initial_state=initial_state is not None, has_dt_bias=dt_bias is not None,
-            gate_dtype=gate_dtype(g, dtype) if "K" in self.gate_layout else None, beta_dtype=beta_dtype(beta),
+            gate_dtype=gate_dtype(g, dtype), beta_dtype=beta_dtype(beta),
             **self._extra_flags())
         return spec, (q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)
 

@@ -104,8 +104,8 @@ class Op:
 
 
 def gate_dtype(g: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
-    """The ``gate_dtype`` flag of a per-channel gate: g's dtype where it is not the call's (fp32 g
-    in a 16-bit call), else None; the kernels read g in the dtype it comes in."""
+    """The ``gate_dtype`` flag: g's dtype where it is not the call's (fp32 g in a 16-bit call), else
+    None; KDA's and GLA's first pass and every decode step read g in the dtype it comes in."""
     return None if g.dtype == dtype else str(g.dtype).removeprefix("torch.")
 
 

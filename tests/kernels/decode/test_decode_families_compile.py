@@ -183,7 +183,7 @@ def test_each_ops_arguments_reach_the_step_in_place(entry, mode, rule, args, exp
 
 
 def _decode_calls():
-    """(op, its call's tensors): a per-channel gate in either dtype, beta in either dtype, a state
+    """(op, its call's tensors): a gate (per channel or per head) and beta in either dtype, a state
     in 16 bits."""
     from tileops.linear_attention import (DeltaNetFwdOp, DeltaNetRecurrentFwdOp, GDNFwdOp, GLAFwdOp,
                                           GLARecurrentFwdOp, KDAFwdOp)
@@ -211,6 +211,10 @@ def _decode_calls():
         "deltanet-step-fp16-state": (DeltaNetRecurrentFwdOp(), (*tokens(fp16, bthd=False), torch.rand(3, 2),
                                                                 torch.randn(3, 2, 64, 64, dtype=fp16))),
         "gdn-bf16-beta": (GDNFwdOp(), (*tokens(bf16), -torch.rand(3, 1, 2), beta.to(bf16))),
+        "gdn-fp16-gate-and-beta": (GDNFwdOp(), (*tokens(fp16), -torch.rand(3, 1, 2).to(fp16), beta.to(fp16))),
+        "gdn-bf16-gate-in-kernel": (GDNFwdOp(use_gate_in_kernel=True), (*tokens(bf16), torch.randn(3, 1, 2).to(bf16),
+                                                                       beta, None, None, None, torch.rand(2),
+                                                                       torch.rand(2))),
         "gdn-fp32-beta-initial-state": (GDNFwdOp(), (*tokens(bf16), -torch.rand(3, 1, 2), beta,
                                                      torch.randn(3, 2, 64, 64))),
         "kda-bf16-gate-bf16-beta": (KDAFwdOp(), (*tokens(bf16), gate(bf16), beta.to(bf16))),

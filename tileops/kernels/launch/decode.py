@@ -51,9 +51,8 @@ class DecodeLauncher:
     The batch size is a run-time value of the compiled program. g, beta, A_log and dt_bias may
     each come in the token dtype or fp32 and the initial state may be absent: the program for
     such a variant is compiled on its first call. The spec's own is compiled here, ahead of time:
-    a per-channel gate in its ``gate_dtype``, beta in its ``beta_dtype``, any other g, A_log and
-    dt_bias in fp32, the stand-ins as ``stand_ins`` forms them, with or without a state as the
-    spec says.
+    g in its ``gate_dtype``, beta in its ``beta_dtype``, A_log and dt_bias in fp32, the stand-ins
+    as ``stand_ins`` forms them, with or without a state as the spec says.
     """
 
     def __init__(self, config, spec: CallSpec, rule: DecodeRule = DELTA_SCALAR, name: str = "tl.gdn_decode") -> None:
@@ -69,7 +68,7 @@ class DecodeLauncher:
         self.programs: dict[Variant, object] = {}  # the JIT kernels, for inspection
         self.entries: dict[Variant, object] = {}  # their entry points, for launching
         fp32 = torch.float32
-        gate = {"none": None, "channel": spec.gate_dtype}.get(rule.gate, fp32)
+        gate = None if rule.gate == "none" else spec.gate_dtype
         in_kernel = fp32 if self.gate_in_kernel else None
         bias = in_kernel if spec.flag("has_dt_bias", True) else None
         dtypes = stand_ins(gate, spec.beta_dtype if rule.delta else None, in_kernel, bias, self.state_dtype,
