@@ -98,7 +98,8 @@ def unplaced(key: TuningKey) -> TuningKey:
     return replace(key, device_name="")
 
 
-def preset_defaults(arch: str, device_name: str, op: Optional[str], winners: Iterable[WinnerRecord]) -> list[WinnerRecord]:
+def preset_defaults(arch: str, device_name: str, op: Optional[str],
+                    winners: Iterable[WinnerRecord]) -> list[WinnerRecord]:
     """The calls of the op's GPU preset (every family's where ``op`` is None) whose keys no winner
     covers, each as a record of its kernel's default config for that call (chosen for the call's
     own lengths) and marked ``time_ms`` 1: warmed like the winners, so that the first call of a

@@ -137,7 +137,7 @@ class DeltaNetRecurrentFwdOp(Op):
         s = shapes.sizes
         spec = call_spec("deltanet", "DeltaNetRecurrentFwdOp", "step", q, batch=s["B"], tokens=1, heads=s["H"],
                          value_heads=s["H"], dim_k=s["DK"], dim_v=s["DV"], scale=1.0,
-                         state_dtype=str(state.dtype), beta_dtype=beta_dtype(beta))
+                         state_dtype=str(state.dtype), beta_dtype=beta_dtype(beta, "step"))
         return spec, (q, k, v, beta, state)
 
     def _fake(self, q, k, v, beta, state) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,7 +179,7 @@ class DeltaNetFwdOp(Op):
                          value_heads=s["HV"], dim_k=s["K"], dim_v=s["V"],
                          scale=positive_scale("scale", self.scale, s["K"]),
                          use_qk_l2norm_in_kernel=self.use_qk_l2norm_in_kernel,
-                         has_initial_state=initial_state is not None, beta_dtype=beta_dtype(beta))
+                         has_initial_state=initial_state is not None, beta_dtype=beta_dtype(beta, mode))
         return spec, (q, k, v, beta, initial_state, cu_seqlens, cu_seqlens_cpu)
 
     def _fake(self, q, k, v, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None):

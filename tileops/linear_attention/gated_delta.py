@@ -8,7 +8,7 @@ import torch
 
 from tileops.callspec import CallSpec
 from tileops.linear_attention.inference import check_sequences, check_state, check_tokens, fake_outputs
-from tileops.linear_attention.op import Op, beta_dtype, call_spec, gate_dtype
+from tileops.linear_attention.op import STEP_MODES, Op, beta_dtype, call_spec, gate_dtype
 from tileops.linear_attention.validate import Shapes, negative_bound, param_dtypes, positive_scale, require
 from tileops.targets import Target
 
@@ -71,8 +71,9 @@ class _GatedDeltaOp(Op):
             use_beta_sigmoid_in_kernel=self.use_beta_sigmoid_in_kernel, allow_neg_eigval=self.allow_neg_eigval,
             state_v_first=self.state_v_first, use_gate_in_kernel=self.use_gate_in_kernel,
             has_initial_state=initial_state is not None, has_dt_bias=dt_bias is not None,
-            gate_dtype=gate_dtype(g, dtype), beta_dtype=beta_dtype(beta),
-            **self._extra_flags())
+            # KDA's first pass reads its gate as it comes, GDN's prefill widens its gate first
+            gate_dtype=gate_dtype(g, dtype) if "K" in self.gate_layout or mode in STEP_MODES else None,
+            beta_dtype=beta_dtype(beta, mode), **self._extra_flags())
         return spec, (q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias)
 
     def _fake(self, q, k, v, g, beta, initial_state=None, cu_seqlens=None, cu_seqlens_cpu=None, A_log=None,

@@ -103,16 +103,19 @@ class Op:
         raise NotImplementedError
 
 
+STEP_MODES = frozenset({"decode", "step"})  # one token a sequence: the decode step, which reads g and beta as they come
+
+
 def gate_dtype(g: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
     """The ``gate_dtype`` flag: g's dtype where it is not the call's (fp32 g in a 16-bit call), else
     None; KDA's and GLA's first pass and every decode step read g in the dtype it comes in."""
     return None if g.dtype == dtype else str(g.dtype).removeprefix("torch.")
 
 
-def beta_dtype(beta: torch.Tensor) -> Optional[str]:
-    """The ``beta_dtype`` flag: beta's dtype where it is not fp32 (a 16-bit beta in a 16-bit call),
-    else None; the decode step reads beta as it comes."""
-    return None if beta.dtype == torch.float32 else str(beta.dtype).removeprefix("torch.")
+def beta_dtype(beta: torch.Tensor, mode: str) -> Optional[str]:
+    """The ``beta_dtype`` flag of a decode step: beta's dtype where it is not fp32 (a 16-bit beta in
+    a 16-bit call), else None, as for any prefill (it widens beta first, whatever it came in)."""
+    return None if beta.dtype == torch.float32 or mode not in STEP_MODES else str(beta.dtype).removeprefix("torch.")
 
 
 def call_spec(op: str, entry: str, mode: str, like: torch.Tensor, *, batch: int, tokens: int,
